@@ -1,0 +1,55 @@
+# The two commands of the README: `make book` and `make test`. Also `make lab`, `make notebooks`, `make bench`.
+# Every target first makes sure .venv exists and matches requirements.txt (reinstalled when it changes).
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-requirements
+NOTEBOOKS := $(sort $(wildcard book/*.ipynb book/appendix/*.ipynb))
+export PYDEVD_DISABLE_FILE_VALIDATION := 1
+export TOKENIZERS_PARALLELISM := false
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: venv book test unit nbval booktest lab notebooks bench clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	cp requirements.txt $(STAMP)
+
+book: $(STAMP)
+	$(BIN)/jupyter-book build . --path-output . -n -W --keep-going
+	@echo "Built: _build/html/index.html"
+
+test: $(STAMP)
+	$(BIN)/ruff check companion tests benchmarks
+	$(BIN)/python -m pytest tests -m "not book" -n 2 --dist loadfile -q -p no:cacheprovider
+	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with book/nbval_sanitize.cfg \
+		-n 2 --dist loadfile -q -p no:cacheprovider $(NOTEBOOKS)
+	$(BIN)/python -m pytest tests -m book -q -p no:cacheprovider
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests -m "not book" -n 2 --dist loadfile -q
+
+nbval: $(STAMP)
+	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with book/nbval_sanitize.cfg \
+		-n 2 --dist loadfile -q $(NOTEBOOKS)
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab book/
+
+# Re-execute every chapter in place, top to bottom, in a fresh kernel: the way stored outputs are refreshed.
+notebooks: $(STAMP)
+	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+		--ExecutePreprocessor.timeout=600 --ExecutePreprocessor.record_timing=False \
+		--ExecutePreprocessor.kernel_name=python3 $(if $(NB),$(NB),$(NOTEBOOKS))
+
+bench: $(STAMP)
+	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b; done
+
+clean:
+	rm -rf _build .pytest_cache

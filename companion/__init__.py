@@ -1,0 +1,65 @@
+"""companion: the code behind *Transformers, Piece by Piece*.
+
+Every concept of the course lives once, here. The chapters in ``book/`` explain and use it; the
+tests in ``tests/`` prove it right against references others maintain.
+
+Shape legend, used in every docstring and every ``# (B, H, T, D_h)`` comment of the package:
+
+    B     batch size
+    T     query (target) length
+    S     key / source length (S == T in self-attention without a cache)
+    D     model width, d_model
+    H     attention heads
+    H_kv  key/value heads (H_kv == H for MHA, 1 for MQA, in between for GQA)
+    D_h   head width, D // H
+    V     vocabulary size
+
+Modules, one concept each: ``tokens``, ``embeddings``, ``attention``, ``masks``, ``positions``,
+``layers``, ``models``, ``generation``, ``training``, ``scaling``, ``data``, ``plots``,
+``exercises``; and ``scratch``, forward-only NumPy twins written to be read.
+
+Importing ``companion`` loads torch and numpy only: no Jupyter module, no matplotlib.
+"""
+
+from __future__ import annotations
+
+import random
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "seed_everything", "setup_notebook"]
+
+
+def seed_everything(seed: int = 0) -> None:
+    """Seed Python's, NumPy's and torch's random generators with ``seed``."""
+    import numpy as np
+    import torch
+
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {seed!r}")
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def setup_notebook(seed: int = 0, precision: int = 4) -> None:
+    """Make a chapter deterministic and readable; every chapter calls this in its first cell.
+
+    - seeds Python, NumPy and torch with ``seed``;
+    - uses one CPU thread, so that float sums happen in the same order on every machine;
+    - prints tensors and arrays with ``precision`` decimals, without scientific clutter;
+    - selects a matplotlib font that has Chinese glyphs (Noto Sans CJK SC, shipped by the ``mplfonts``
+      package, so no system font is needed), keeps the minus sign renderable, and fixes the figure
+      size and resolution so that stored figures look the same everywhere.
+    """
+    import numpy as np
+    import torch
+
+    seed_everything(seed)
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.set_printoptions(precision=precision, sci_mode=False, linewidth=110)
+    np.set_printoptions(precision=precision, suppress=True, linewidth=110)
+    from companion.plots import use_cjk_font
+
+    use_cjk_font()
