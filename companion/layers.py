@@ -1,0 +1,217 @@
+"""The position-wise layers around attention: feed-forward networks, normalisation, residual blocks.
+
+- ``FeedForward``: ``down_proj(act(up_proj(x)))`` with ReLU (Vaswani et al. 2017, §3.3) or GELU
+  (Hendrycks & Gimpel 2016; BERT, GPT-2). ``"gelu_tanh"`` is GPT-2's tanh approximation.
+- ``SwiGLU``: ``down_proj(silu(gate_proj(x)) * up_proj(x))`` (Shazeer 2020; PaLM, Llama).
+- ``LayerNorm`` (Ba et al. 2016) and ``RMSNorm`` (Zhang & Sennrich 2019; Llama).
+- ``ResidualBlock``: ``x + sublayer(norm(x))`` (pre-norm, GPT-2 and later) or ``norm(x + sublayer(x))``
+  (post-norm, the original Transformer); Xiong et al. 2020 compare the two.
+
+Checked against: ``torch.nn.LayerNorm``, Hugging Face ``LlamaRMSNorm`` and ``LlamaMLP`` (same formula),
+``torch.nn.functional.gelu``. Norm statistics are always computed in float32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from companion._checks import check_choice, check_positive_int, check_tensor
+
+__all__ = [
+    "FeedForward",
+    "LayerNorm",
+    "RMSNorm",
+    "ResidualBlock",
+    "SwiGLU",
+    "make_ffn",
+    "make_norm",
+]
+
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+NORMS = ("layernorm", "rmsnorm")
+DEFAULT_EPS = {"layernorm": 1e-5, "rmsnorm": 1e-6}  # torch.nn.LayerNorm's and Llama's defaults
+
+
+def _check_dropout(dropout: float) -> None:
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout={dropout!r} is invalid; expected a number in [0, 1)")
+
+
+def _check_eps(eps: float) -> None:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
+        raise ValueError(f"eps={eps!r} is invalid; expected a positive number")
+
+
+def _check_input(x: Tensor, d_model: int) -> None:
+    check_tensor("x", x)
+    if x.shape[-1] != d_model:
+        raise ValueError(f"x.shape[-1]={x.shape[-1]} does not match d_model={d_model} (x: {tuple(x.shape)})")
+
+
+class FeedForward(nn.Module):
+    """Two linear maps with a nonlinearity between: D -> d_ff -> D, applied to each position alone.
+
+    Dropout (if any) acts on the hidden activations; the residual block drops the output.
+    """
+
+    def __init__(
+        self, d_model: int, d_ff: int, activation: str = "relu", *, bias: bool = True, dropout: float = 0.0
+    ) -> None:
+        super().__init__()
+        check_positive_int("d_model", d_model)
+        check_positive_int("d_ff", d_ff)
+        check_choice("activation", activation, ACTIVATIONS)
+        _check_dropout(dropout)
+        self.d_model, self.activation = d_model, activation
+        self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def act(self, h: Tensor) -> Tensor:
+        if self.activation == "relu":
+            return F.relu(h)
+        return F.gelu(h, approximate="tanh" if self.activation == "gelu_tanh" else "none")
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Shapes: x (..., D) -> hidden (..., d_ff) -> returns (..., D)"""
+        _check_input(x, self.d_model)
+        return self.down_proj(self.dropout(self.act(self.up_proj(x))))
+
+
+class SwiGLU(nn.Module):
+    """Gated feed-forward: ``down_proj(silu(gate_proj(x)) * up_proj(x))``, as in Llama's MLP.
+
+    Three matrices instead of two; Llama picks d_ff ≈ 8/3 · D so the parameter count stays that of a
+    4·D two-matrix FFN.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, *, bias: bool = False, dropout: float = 0.0) -> None:
+        super().__init__()
+        check_positive_int("d_model", d_model)
+        check_positive_int("d_ff", d_ff)
+        _check_dropout(dropout)
+        self.d_model = d_model
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=bias)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Shapes: x (..., D) -> gate, up (..., d_ff) -> returns (..., D)"""
+        _check_input(x, self.d_model)
+        return self.down_proj(self.dropout(F.silu(self.gate_proj(x)) * self.up_proj(x)))
+
+
+class LayerNorm(nn.Module):
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last dim; equals ``torch.nn.LayerNorm``.
+
+    The variance is the biased one (divide by D, not D - 1), as in the paper and in PyTorch.
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-5, *, bias: bool = True) -> None:
+        super().__init__()
+        check_positive_int("d_model", d_model)
+        _check_eps(eps)
+        self.d_model, self.eps = d_model, eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model)) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Shapes: x (..., D) -> returns (..., D), in x's dtype"""
+        _check_input(x, self.d_model)
+        # Statistics in float32: in fp16 a sum of squares over D values overflows or loses its low bits.
+        xf = x.to(torch.promote_types(x.dtype, torch.float32))
+        mean = xf.mean(-1, keepdim=True)
+        var = (xf - mean).pow(2).mean(-1, keepdim=True)  # biased: divide by D
+        y = (xf - mean) * torch.rsqrt(var + self.eps) * self.weight.to(xf.dtype)
+        if self.bias is not None:
+            y = y + self.bias.to(xf.dtype)
+        return y.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.d_model}, eps={self.eps}, bias={self.bias is not None}"
+
+
+class RMSNorm(nn.Module):
+    """``x / sqrt(mean(x²) + eps) * weight``: LayerNorm without centring and without bias (Llama).
+
+    Follows Hugging Face's ``LlamaRMSNorm`` exactly: normalise in float32, cast back to x's dtype,
+    then multiply by the weight.
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        check_positive_int("d_model", d_model)
+        _check_eps(eps)
+        self.d_model, self.eps = d_model, eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Shapes: x (..., D) -> returns (..., D)"""
+        _check_input(x, self.d_model)
+        # float32 statistics, as in LayerNorm: the mean of squares is what overflows in fp16.
+        xf = x.to(torch.promote_types(x.dtype, torch.float32))
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * y.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.d_model}, eps={self.eps}"
+
+
+def make_norm(kind: str, d_model: int, eps: float | None = None) -> nn.Module:
+    """``LayerNorm`` for "layernorm", ``RMSNorm`` for "rmsnorm"; ``eps=None`` takes that norm's default."""
+    check_choice("kind", kind, NORMS)
+    eps = DEFAULT_EPS[kind] if eps is None else eps
+    return LayerNorm(d_model, eps) if kind == "layernorm" else RMSNorm(d_model, eps)
+
+
+def make_ffn(
+    activation: str, d_model: int, d_ff: int, *, bias: bool = True, dropout: float = 0.0
+) -> nn.Module:
+    """``SwiGLU`` for "swiglu", else ``FeedForward`` with that activation ("relu", "gelu", "gelu_tanh")."""
+    check_choice("activation", activation, (*ACTIVATIONS, "swiglu"))
+    if activation == "swiglu":
+        return SwiGLU(d_model, d_ff, bias=bias, dropout=dropout)
+    return FeedForward(d_model, d_ff, activation, bias=bias, dropout=dropout)
+
+
+class ResidualBlock(nn.Module):
+    """A residual connection with its norm, around any sublayer (attention or FFN).
+
+    placement="pre"  (GPT-2, Llama):          x + dropout(sublayer(norm(x)))
+    placement="post" (Vaswani et al. 2017):   norm(x + dropout(sublayer(x)))
+
+    Pre-norm keeps an identity path from input to output, so deep stacks train without warm-up;
+    post-norm normalises the sum, so its gradients shrink or grow with depth.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        *,
+        norm: str = "layernorm",
+        placement: str = "pre",
+        dropout: float = 0.0,
+        eps: float | None = None,
+    ) -> None:
+        super().__init__()
+        check_choice("placement", placement, ("pre", "post"))
+        _check_dropout(dropout)
+        self.placement = placement
+        self.norm = make_norm(norm, d_model, eps)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        """Shapes: x (B, T, D) (any (..., D)); ``sublayer`` maps (..., D) -> (..., D); returns (..., D)"""
+        if not callable(sublayer):
+            raise TypeError(f"sublayer must be callable (module or function), got {type(sublayer).__name__}")
+        if self.placement == "pre":
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+    def extra_repr(self) -> str:
+        return f"placement={self.placement!r}"
