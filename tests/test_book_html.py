@@ -1,0 +1,551 @@
+"""The built HTML book is offline, self-contained and works in a real browser.
+
+Two layers, both marked ``book`` (``make test`` runs them last, after the unit tests and nbval):
+
+1. Static checks of ``_build/html``: the build had no warning, no page or stylesheet loads anything from
+   another host, MathJax is the vendored copy, chapters are numbered, launch and download buttons exist.
+2. Every page opened in Chromium (Debian's ``/usr/bin/chromium``, driven by Playwright) from a server on
+   127.0.0.1, with every request to any other host blocked and recorded: no console error, no failed or
+   remote request, math typeset by MathJax with no raw TeX left, every image decoded, copy buttons on
+   code, search finds "attention", Chinese prose drawn with the bundled CJK font. Screenshots of three
+   pages (home, the chapter with the most math, the bibliography) and of the search results go to
+   ``_build/screenshots/``.
+
+Without Chromium the browser tests skip, unless ``REQUIRE_BROWSER=1`` (set by ``.ci/run``): then they fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import html.parser
+import http.server
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import threading
+import urllib.parse
+from collections.abc import Iterator
+
+import pytest
+
+pytestmark = pytest.mark.book
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CHROMIUM = pathlib.Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+CJK_WEBFONT_FAMILY = "Course CJK"  # book/_static/custom.css
+CJK_SOURCE_FAMILY = "Noto Sans CJK SC"  # the font the web font is subset from
+
+
+# --------------------------------------------------------------------------------------------------
+# Which pages exist: read from _toc.yml at collection time, so each page is its own test.
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TocPart:
+    caption: str
+    numbered: bool
+    files: tuple[str, ...]
+
+
+def _toc() -> tuple[str, list[TocPart]]:
+    import yaml
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+
+    def files(entries: list[dict]) -> list[str]:
+        out = []
+        for entry in entries or []:
+            if "file" in entry:
+                out.append(entry["file"])
+            out += files(entry.get("sections", []))
+        return out
+
+    parts = [
+        TocPart(p.get("caption", ""), bool(p.get("numbered", False)), tuple(files(p.get("chapters", []))))
+        for p in toc.get("parts", [])
+    ]
+    if "chapters" in toc:
+        parts.append(TocPart("", bool(toc.get("numbered", False)), tuple(files(toc["chapters"]))))
+    return toc["root"], parts
+
+
+def _source(docname: str) -> pathlib.Path:
+    for suffix in (".ipynb", ".md"):
+        if (ROOT / (docname + suffix)).exists():
+            return ROOT / (docname + suffix)
+    raise FileNotFoundError(f"_toc.yml lists {docname}, which has no .ipynb or .md file")
+
+
+TOC_ROOT, TOC_PARTS = _toc()
+DOCNAMES = [TOC_ROOT] + [f for part in TOC_PARTS for f in part.files]
+NOTEBOOKS = [d for d in DOCNAMES if (ROOT / (d + ".ipynb")).exists()]
+PAGES = ["index.html", *(d + ".html" for d in DOCNAMES), "genindex.html", "search.html"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Static checks of the HTML files
+# --------------------------------------------------------------------------------------------------
+
+# Tag -> attributes through which a page makes the browser fetch something.
+_FETCHING = {
+    "script": ("src",),
+    "link": ("href",),
+    "img": ("src", "srcset"),
+    "iframe": ("src",),
+    "source": ("src", "srcset"),
+    "video": ("src", "poster"),
+    "audio": ("src",),
+    "embed": ("src",),
+    "object": ("data",),
+    "track": ("src",),
+    "input": ("src",),
+}
+
+
+class _Resources(html.parser.HTMLParser):
+    """Collect (tag, attribute, value) for every attribute that makes the browser fetch something."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[tuple[str, str, str]] = []
+        self.style_text: list[str] = []
+        self._in_style = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for name, value in attrs:
+            if value is None:
+                continue
+            if name in _FETCHING.get(tag, ()):
+                for part in value.split(","):
+                    if part.strip():
+                        self.found.append((tag, name, part.strip().split()[0]))
+            if name == "style":
+                self.style_text.append(value)
+        self._in_style = tag == "style"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_style = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_style:
+            self.style_text.append(data)
+
+
+def _is_remote(url: str) -> bool:
+    """True for an address on another host: http(s)://, protocol-relative //host, ws(s)://."""
+    url = url.strip().strip("'\"")
+    return bool(re.match(r"^(?:[a-z][a-z0-9+.-]*:)?//", url, re.I)) and not url.lower().startswith("file:")
+
+
+def _css_urls(text: str) -> list[str]:
+    return re.findall(r"url\(\s*['\"]?([^'\")]+)", text) + re.findall(r"@import\s+['\"]([^'\"]+)", text)
+
+
+def _html_files(html_dir: pathlib.Path) -> list[pathlib.Path]:
+    return sorted(p for p in html_dir.rglob("*.html") if "_sources" not in p.parts)
+
+
+def test_build_is_clean_and_has_an_index(built_book) -> None:
+    assert built_book.warnings == (), "\n".join(built_book.warnings)
+    assert (built_book.html / "index.html").is_file()
+    for docname in DOCNAMES:
+        assert (built_book.html / (docname + ".html")).is_file(), f"{docname} listed in _toc.yml was not built"
+
+
+def test_no_page_or_stylesheet_loads_from_another_host(built_book) -> None:
+    remote = []
+    for path in _html_files(built_book.html):
+        parser = _Resources()
+        parser.feed(path.read_text(encoding="utf-8"))
+        rel = path.relative_to(built_book.html)
+        remote += [f"{rel}: <{tag} {attr}={url!r}>" for tag, attr, url in parser.found if _is_remote(url)]
+        remote += [f"{rel}: style url({u!r})" for u in _css_urls(" ".join(parser.style_text)) if _is_remote(u)]
+    for css in sorted((built_book.html / "_static").rglob("*.css")):
+        text = css.read_text(encoding="utf-8", errors="replace")
+        remote += [f"{css.relative_to(built_book.html)}: url({u!r})" for u in _css_urls(text) if _is_remote(u)]
+    assert not remote, "the book loads from other hosts:\n" + "\n".join(remote)
+
+
+def test_the_parser_sees_remote_resources() -> None:
+    """The static check above can fail: it spots each way a page could fetch from another host."""
+    page = (
+        '<script src="https://cdn.example.org/x.js"></script><link rel="stylesheet" href="//cdn.example.org/a.css">'
+        '<img srcset="a.png 1x, https://img.example.org/b.png 2x"><div style="background: url(http://x.org/i.png)">'
+        '<script src="_static/local.js"></script><a href="https://github.com/">a link is not a load</a>'
+    )
+    parser = _Resources()
+    parser.feed(page)
+    remote = [url for _, _, url in parser.found if _is_remote(url)]
+    remote += [u for u in _css_urls(" ".join(parser.style_text)) if _is_remote(u)]
+    assert remote == [
+        "https://cdn.example.org/x.js",
+        "//cdn.example.org/a.css",
+        "https://img.example.org/b.png",
+        "http://x.org/i.png",
+    ]
+
+
+def test_mathjax_is_the_vendored_copy_and_loaded_once(built_book) -> None:
+    pages_with_math = 0
+    for path in _html_files(built_book.html):
+        text = path.read_text(encoding="utf-8")
+        scripts = re.findall(r'<script[^>]*src="([^"]*(?:mathjax|MathJax|tex-[a-z-]+\.js)[^"]*)"', text)
+        has_math = 'class="math notranslate nohighlight"' in text
+        if has_math:
+            pages_with_math += 1
+            assert len(scripts) == 1, f"{path.name}: math needs exactly one MathJax script, found {scripts}"
+        for src in scripts:
+            local = (path.parent / urllib.parse.urlsplit(src).path).resolve()
+            assert local.is_file(), f"{path.name}: MathJax script {src} is not in the build"
+    if any("$" in _source(d).read_text(encoding="utf-8") for d in DOCNAMES):
+        assert pages_with_math > 0, "the sources have $math$ but no page has MathJax math"
+    assert (built_book.html / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").is_dir()
+
+
+def test_cjk_web_font_was_built(built_book) -> None:
+    font = built_book.html / "_static" / "fonts" / "cjk-subset.woff"
+    assert font.is_file() and font.read_bytes()[:4] == b"wOFF", "the CJK web font subset is missing"
+    css = (built_book.html / "_static" / "custom.css").read_text(encoding="utf-8")
+    assert f'font-family: "{CJK_WEBFONT_FAMILY}"' in css and "fonts/cjk-subset.woff" in css
+
+
+def _title(page: str) -> tuple[str | None, str]:
+    """(Sphinx's section number or None, the rest of the title) of a page's <h1>."""
+    # The article's <h1> (the print-only header repeats the title without its number).
+    h1s = [h for h in re.findall(r"<h1[^>]*>(.*?)</h1>", page, re.S) if "headerlink" in h]
+    assert h1s, "page has no <h1>"
+    h1 = h1s[0]
+    number = re.search(r'<span class="section-number">([^<]*)</span>', h1)
+    text = re.sub(r"<[^>]+>", "", re.sub(r'<span class="section-number">[^<]*</span>', "", h1))
+    return (number.group(1).strip().rstrip(".") if number else None), text.replace("#", "").strip()
+
+
+def test_chapter_numbers_run_in_order_and_match_the_file_names(built_book) -> None:
+    """Parts marked `numbered` get Sphinx's chapter numbers, continued across parts (multitoc numbering).
+
+    A numbered chapter's title must not carry a number of its own ("1. 0. The big picture"), and a file
+    named NN_topic must come out as chapter NN (in an unnumbered part, a title that starts with a number
+    must start with NN), so that the book, the file names and the intro's chapter map agree.
+    """
+    numbers = []
+    for part in TOC_PARTS:
+        for docname in part.files:
+            number, text = _title((built_book.html / (docname + ".html")).read_text(encoding="utf-8"))
+            prefix = re.match(r"(\d+)_", docname.split("/")[-1])
+            if not part.numbered:
+                assert number is None, f"{docname} is in the unnumbered part {part.caption!r} yet numbered"
+                own = re.match(r"^(\d+)\.\s", text)  # a hand-written "3. Self-attention" must agree too
+                if own and prefix:
+                    assert int(own.group(1)) == int(prefix.group(1)), f"{docname}: title {text!r}"
+                continue
+            assert number, f"{docname} is in the numbered part {part.caption!r} but its title has no number"
+            assert not re.match(r"^\d+(\.\d+)*[.:]?\s", text), (
+                f"{docname}: the title {text!r} carries its own number besides Sphinx's {number}"
+            )
+            numbers.append(int(number.split(".")[0]))
+            if prefix:
+                assert int(number.split(".")[0]) == int(prefix.group(1)), (
+                    f"{docname} is chapter {number} in the book; its file name says {int(prefix.group(1))}"
+                )
+    assert numbers == list(range(1, len(numbers) + 1)), f"chapter numbers run {numbers}"
+
+
+@pytest.mark.parametrize("docname", NOTEBOOKS or [pytest.param(None, marks=pytest.mark.skip("no notebook"))])
+def test_notebook_pages_have_launch_and_download_buttons(built_book, docname: str) -> None:
+    page = (built_book.html / (docname + ".html")).read_text(encoding="utf-8")
+    cfg = (ROOT / "_config.yml").read_text(encoding="utf-8")
+    repo = re.search(r"url:\s*https://github\.com/(\S+)", cfg).group(1)
+    branch = re.search(r"^\s*branch:\s*(\S+)", cfg, re.M).group(1)
+    binder = f"https://mybinder.org/v2/gh/{repo}/{branch}?urlpath=lab/tree/{docname}.ipynb"
+    colab = f"https://colab.research.google.com/github/{repo}/blob/{branch}/{docname}.ipynb"
+    assert binder in page, f"{docname}: no Binder launch button ({binder})"
+    assert colab in page, f"{docname}: no Colab launch button ({colab})"
+    name = docname.split("/")[-1]
+    assert re.search(rf'href="[^"]*_sources/{re.escape(docname)}\.ipynb"', page), f"{name}: no .ipynb download"
+    assert "btn-download-pdf-button" in page or "window.print()" in page, f"{name}: no PDF/print download"
+    assert (ROOT / "environment.yml").is_file(), "Binder builds its image from environment.yml"
+
+
+def test_figures_use_a_cjk_font_after_setup_notebook() -> None:
+    """Chapters' matplotlib figures draw 我爱NLP with Noto Sans CJK SC (run in a fresh interpreter)."""
+    code = "import companion, companion.plots as p; companion.setup_notebook(); print(p.resolved_font('我爱'))"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "MPLBACKEND": "Agg"},
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "NotoSansCJKsc-Regular.otf"
+
+
+# --------------------------------------------------------------------------------------------------
+# In the browser
+# --------------------------------------------------------------------------------------------------
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+        pass
+
+
+@contextlib.contextmanager
+def _serve(directory: pathlib.Path) -> Iterator[str]:
+    """Serve ``directory`` on 127.0.0.1 (a free port) from a background thread; yield the base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def server(built_book) -> Iterator[str]:
+    with _serve(built_book.html) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    if not CHROMIUM.exists():
+        message = f"Chromium not found at {CHROMIUM}: install it with `apt-get install chromium`"
+        if os.environ.get("REQUIRE_BROWSER") == "1":
+            pytest.fail(message + " (REQUIRE_BROWSER=1 makes this a failure)", pytrace=False)
+        pytest.skip(message)
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@dataclasses.dataclass
+class Visit:
+    """A page opened in the browser, and everything that went wrong while loading it."""
+
+    page: object
+    console_errors: list[str] = dataclasses.field(default_factory=list)
+    remote_requests: list[str] = dataclasses.field(default_factory=list)
+    failed: list[str] = dataclasses.field(default_factory=list)
+
+
+_LOCAL_HOSTS = {"127.0.0.1"}
+# Resolves once MathJax (if the page loads it) has typeset the page.
+_MATHJAX_DONE = """async () => {
+  if (!window.MathJax) return 'none';
+  for (let i = 0; i < 200 && !(window.MathJax.startup && window.MathJax.startup.promise); i++)
+    await new Promise(r => setTimeout(r, 25));
+  await window.MathJax.startup.promise;
+  return 'typeset';
+}"""
+_IMAGES_DONE = """async () => {
+  const imgs = Array.from(document.images);
+  imgs.forEach(img => { img.loading = 'eager'; });
+  await Promise.all(imgs.map(img => img.decode().catch(() => null)));
+  return imgs.map(img => ({src: img.currentSrc || img.src, w: img.naturalWidth, ok: img.complete}));
+}"""
+# Visible text outside code, scripts and typeset math: raw TeX there means math was not rendered.
+_PROSE_TEXT = """() => {
+  // Search-result snippets quote the pages' source text, TeX included, by design; they are skipped too.
+  const skip = 'PRE, CODE, SCRIPT, STYLE, TEXTAREA, MJX-CONTAINER, KBD, SAMP, .highlight, .cell_output, '
+    + '#search-results';
+  const root = document.querySelector('main') || document.body;
+  const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  const out = [];
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    const el = n.parentElement;
+    if (!el || el.closest(skip) || !el.getClientRects().length) continue;
+    out.push(n.nodeValue);
+  }
+  return out.join(' ');
+}"""
+
+
+@contextlib.contextmanager
+def _visit(browser, url: str, *, wait_for_math: bool = True, lands_on: str | None = None) -> Iterator[Visit]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, service_workers="block")
+    page = context.new_page()
+    visit = Visit(page)
+
+    def route(r) -> None:
+        parts = urllib.parse.urlsplit(r.request.url)
+        if parts.scheme in {"data", "blob", "about"} or parts.hostname in _LOCAL_HOSTS:
+            r.continue_()
+        else:
+            visit.remote_requests.append(r.request.url)
+            r.abort()
+
+    context.route("**/*", route)
+    page.on("console", lambda m: visit.console_errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: visit.console_errors.append(f"uncaught: {e}"))
+    page.on("requestfailed", lambda r: visit.failed.append(f"{r.url} ({r.failure})"))
+    page.on("response", lambda r: visit.failed.append(f"{r.url} (HTTP {r.status})") if r.status >= 400 else None)
+    try:
+        page.goto(url, wait_until="load")
+        if lands_on:  # a redirect: wait for the page it leads to
+            page.wait_for_url(re.compile(re.escape(lands_on)), wait_until="load")
+        if wait_for_math:
+            page.evaluate(_MATHJAX_DONE)
+        page.evaluate("async () => { await document.fonts.ready; }")  # web fonts, MathJax's included
+        yield visit
+    finally:
+        context.close()
+
+
+def _check_page(visit: Visit, name: str) -> None:
+    page = visit.page
+    assert not visit.remote_requests, f"{name} requested other hosts: {visit.remote_requests}"
+    failed = [f for f in visit.failed if not any(r in f for r in visit.remote_requests)]
+    assert not failed, f"{name}: requests failed: {failed}"
+    assert not visit.console_errors, f"{name}: console errors: {visit.console_errors}"
+
+    # Math: every math node typeset, no TeX error, no raw delimiters left in the prose.
+    n_math = page.locator(".math").count()
+    n_typeset = page.locator("mjx-container").count()
+    if n_math:
+        assert n_typeset >= n_math, f"{name}: {n_math} math nodes but {n_typeset} typeset by MathJax"
+    assert page.locator("mjx-merror").count() == 0, f"{name}: MathJax reports a TeX error"
+    prose = page.evaluate(_PROSE_TEXT)
+    for raw in ("$$", "\\(", "\\)", "\\[", "\\]", "\\begin{", "\\frac"):
+        assert raw not in prose, f"{name}: raw TeX {raw!r} left in the text: ...{_around(prose, raw)}..."
+
+    # Images: every one decoded with a real size.
+    for img in page.evaluate(_IMAGES_DONE):
+        assert img["ok"] and img["w"] > 0, f"{name}: image did not load: {img['src']}"
+
+    # Code: a copy button on every code block (sphinx-copybutton).
+    n_code = page.locator("div.highlight pre").count()
+    if n_code:
+        n_buttons = page.locator("button.copybtn").count()
+        assert n_buttons >= n_code, f"{name}: {n_code} code blocks but {n_buttons} copy buttons"
+
+
+def _around(text: str, needle: str, width: int = 60) -> str:
+    i = text.find(needle)
+    return text[max(0, i - width) : i + width]
+
+
+def test_the_browser_checks_can_fail(browser, tmp_path: pathlib.Path) -> None:
+    """A page that breaks every rule: the harness sees the remote load, and the page checks reject it."""
+    (tmp_path / "bad.html").write_text(
+        "<html><body><main><p>Raw math $$x^2$$ here.</p>"
+        '<script src="https://cdn.example.org/lib.js"></script><img src="missing.png">'
+        "<script>console.error('boom')</script></main></body></html>",
+        encoding="utf-8",
+    )
+    with _serve(tmp_path) as url, _visit(browser, url + "bad.html") as visit:
+        assert visit.remote_requests == ["https://cdn.example.org/lib.js"]
+        assert visit.console_errors and any("missing.png" in f for f in visit.failed)
+        visit.remote_requests.clear()
+        visit.console_errors.clear()
+        visit.failed.clear()
+        with pytest.raises(AssertionError, match="raw TeX"):
+            _check_page(visit, "bad.html")
+
+
+def _screenshot_pages(built_book) -> dict[str, str]:
+    """Three representative pages: the home page, the chapter with the most math, the bibliography."""
+
+    def math_count(docname: str) -> int:
+        return (built_book.html / (docname + ".html")).read_text(encoding="utf-8").count('class="math')
+
+    chapter = max(NOTEBOOKS or DOCNAMES, key=math_count)
+    bibliography = next((d for d in DOCNAMES if d.endswith("bibliography")), DOCNAMES[-1])
+    return {TOC_ROOT + ".html": "home", chapter + ".html": "chapter", bibliography + ".html": "bibliography"}
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_page_works_offline_in_the_browser(built_book, browser, server: str, path: str) -> None:
+    lands_on = TOC_ROOT + ".html" if path == "index.html" else None  # index.html redirects to the root
+    with _visit(browser, server + path, lands_on=lands_on) as visit:
+        _check_page(visit, path)
+        assert visit.page.locator("img.logo__image").count() >= 1, f"{path}: no logo"
+        assert visit.page.locator('link[rel="icon"], link[rel="shortcut icon"]').count() >= 1, "no favicon"
+        if path.endswith(".html") and path[:-5] in NOTEBOOKS:
+            launch = visit.page.locator('a[href*="mybinder.org"], a[href*="colab.research.google.com"]')
+            assert launch.count() >= 2, f"{path}: launch buttons missing"
+        label = _screenshot_pages(built_book).get(path)
+        if label:  # for a human look (the README says where they are)
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            visit.page.screenshot(path=str(SCREENSHOTS / f"{label}.png"))
+            assert (SCREENSHOTS / f"{label}.png").stat().st_size > 10_000, f"{label}.png looks empty"
+
+
+def test_search_finds_attention(browser, server: str) -> None:
+    with _visit(browser, server + "search.html?q=attention", wait_for_math=False) as visit:
+        results = visit.page.locator("#search-results ul.search li")
+        results.first.wait_for(timeout=20_000)
+        assert results.count() > 0
+        _check_page(visit, "search.html?q=attention")
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        visit.page.screenshot(path=str(SCREENSHOTS / "search-attention.png"))
+
+
+def _page_with(built_book, needle: str) -> str | None:
+    for docname in DOCNAMES:
+        if needle in (built_book.html / (docname + ".html")).read_text(encoding="utf-8"):
+            return docname + ".html"
+    return None
+
+
+def test_chinese_prose_renders_with_the_bundled_font(built_book, browser, server: str) -> None:
+    path = _page_with(built_book, "注意力") or TOC_ROOT + ".html"
+    with _visit(browser, server + path) as visit:
+        page = visit.page
+        # Mark the first element of the prose whose own text holds Chinese characters.
+        found = page.evaluate(
+            """() => {
+              const walker = document.createTreeWalker(document.querySelector('main'), NodeFilter.SHOW_TEXT);
+              for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+                const el = n.parentElement;
+                if (/[\\u4e00-\\u9fff]/.test(n.nodeValue) && !el.closest('pre, code') && el.getClientRects().length) {
+                  el.setAttribute('data-cjk-probe', '1'); return n.nodeValue.trim();
+                }
+              }
+              return null;
+            }"""
+        )
+        assert found, f"{path}: no visible Chinese text to check"
+        family = page.evaluate("() => getComputedStyle(document.querySelector('[data-cjk-probe]')).fontFamily")
+        assert CJK_WEBFONT_FAMILY in family, f"the prose font stack has no CJK font: {family}"
+        loaded = page.evaluate(
+            f"""async () => {{
+              await document.fonts.load('16px "{CJK_WEBFONT_FAMILY}"', '我爱');
+              await document.fonts.ready;
+              return document.fonts.check('16px "{CJK_WEBFONT_FAMILY}"', '我爱');
+            }}"""
+        )
+        assert loaded, "the CJK web font did not load"
+        # Ask the renderer which font actually drew the glyphs.
+        cdp = page.context.new_cdp_session(page)
+        cdp.send("DOM.enable")
+        cdp.send("CSS.enable")
+        doc = cdp.send("DOM.getDocument", {"depth": -1})
+        node = cdp.send("DOM.querySelector", {"nodeId": doc["root"]["nodeId"], "selector": "[data-cjk-probe]"})
+        fonts = cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node["nodeId"]})["fonts"]
+        drawn = {f["familyName"] for f in fonts if f.get("isCustomFont")}
+        assert any(CJK_SOURCE_FAMILY in f for f in drawn), f"{found!r} was drawn with {fonts}"
+        _check_page(visit, path)
