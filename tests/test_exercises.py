@@ -131,6 +131,22 @@ def top_p_ok(logits, p):
     return logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
 
 
+def rms_norm_ok(x, weight, eps=1e-6):
+    return x / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt() * weight
+
+
+def swiglu_ok(x, gate_weight, up_weight, down_weight):
+    return (F.silu(x @ gate_weight.T) * (x @ up_weight.T)) @ down_weight.T
+
+
+def swiglu_sigmoid_gate(x, gate_weight, up_weight, down_weight):
+    return (torch.sigmoid(x @ gate_weight.T) * (x @ up_weight.T)) @ down_weight.T
+
+
+def swiglu_activates_up(x, gate_weight, up_weight, down_weight):
+    return ((x @ gate_weight.T) * F.silu(x @ up_weight.T)) @ down_weight.T
+
+
 RIGHT = [
     ("softmax", softmax_ok, 6),
     ("softmax", softmax_in_place, 6),
@@ -149,6 +165,8 @@ RIGHT = [
     ("layer_norm", layer_norm_torch, 5),
     ("bpe_merge", bpe_merge_ok, 8),
     ("top_p_filter", top_p_ok, 4),
+    ("rms_norm", rms_norm_ok, 4),
+    ("swiglu", swiglu_ok, 3),
 ]
 
 
@@ -309,6 +327,13 @@ WRONG = [
     ("bpe_merge", bpe_merge_overlapping, "must not overlap"),
     ("bpe_merge", bpe_merge_unordered, "(a, b) is ordered; (b, a) differs"),
     ("top_p_filter", top_p_drops_crossing_token, "keep the token that crosses p"),
+    ("rms_norm", lambda x, w, eps=1e-6: F.layer_norm(x, x.shape[-1:], w, None, eps), "that is LayerNorm"),
+    ("rms_norm", lambda x, w, eps=1e-6: x / (x.pow(2).mean(-1, keepdim=True) + eps) * w, "take the square root"),
+    ("rms_norm", lambda x, w, eps=1e-6: x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * w, "inside the square"),
+    ("rms_norm", lambda x, w, eps=1e-6: x / (x.pow(2).mean(0, keepdim=True) + eps).sqrt() * w, "the last axis"),
+    ("rms_norm", lambda x, w, eps=1e-6: rms_norm_ok(x, w), "use the `eps` argument"),
+    ("swiglu", swiglu_sigmoid_gate, "not a plain sigmoid"),
+    ("swiglu", swiglu_activates_up, "not to the up projection"),
 ]
 
 

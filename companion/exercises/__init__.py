@@ -34,6 +34,8 @@ rope                            fn(x (T, D_h), positions (T,)) -> (T, D_h); adja
 rope_half                       fn(x (T, D_h), positions (T,)) -> (T, D_h); half pairs (HF Llama)
 layer_norm                      fn(x (..., D), gamma (D,), beta (D,), eps=1e-5) -> (..., D)
 bpe_merge                       fn(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]
+rms_norm                        fn(x (..., D), weight (D,), eps=1e-6) -> (..., D)
+swiglu                          fn(x, gate_weight, up_weight, down_weight) -> (..., D); nn.Linear layout
 top_p_filter                    fn(logits (..., V), p) -> logits with the dropped tokens at -inf
 ==============================  ==================================================================
 
@@ -48,7 +50,7 @@ from collections.abc import Callable
 from typing import Any
 
 from companion._checks import check_choice
-from companion.exercises import _attention, _layers_tokens, _positions
+from companion.exercises import _attention, _layers_tokens, _norms_ffn, _positions
 from companion.exercises._runner import Check, run
 
 __all__ = ["check", "list", "list_checks"]
@@ -57,6 +59,7 @@ _ORDER = [
     *_attention.CHECKS,  # chapters 3-4: softmax, attention, split/merge heads
     *_positions.CHECKS,  # chapters 5 and 7: causal mask, sinusoidal, rope, rope_half
     *_layers_tokens.CHECKS,  # chapters 1 and 6: layer_norm, bpe_merge
+    *_norms_ffn.CHECKS,  # chapter 6: rms_norm, swiglu
     _attention.TOP_P,  # chapter 9
 ]
 CHECKS: dict[str, Check] = {c.name: c for c in _ORDER}
