@@ -1,4 +1,7 @@
-"""Shared fixtures.
+"""Shared fixtures and settings.
+
+Every test process uses one torch thread: `make test` runs two pytest workers on a 2-core machine, and
+tiny models run several times slower when two processes each start two threads (oversubscription).
 
 ``built_book``: builds the HTML book once per test session, exactly as ``make book`` does but from a
 fresh environment (``--all``), so that every page is read again and every warning is reported.
@@ -16,6 +19,9 @@ import subprocess
 import sys
 
 import pytest
+import torch
+
+torch.set_num_threads(1)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

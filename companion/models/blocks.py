@@ -1,0 +1,194 @@
+"""The pieces every model in ``companion.models`` is assembled from.
+
+- ``Embeddings``: token lookup (optionally × sqrt(D)) plus absolute positions (sinusoidal or learned),
+  an optional norm (BERT) and dropout. RoPE and ALiBi add nothing here: they act inside attention.
+- ``attention_mask``: the mask one attention call needs: causal (or bidirectional), sliding window,
+  padding, and the ALiBi bias, for T new queries against S keys (S > T when a KV cache holds the past).
+- ``EncoderLayer``: self-attention (no mask) + FFN, each wrapped in a ``ResidualBlock``.
+- ``DecoderLayer``: masked self-attention + (optional) cross-attention to the encoder output H + FFN.
+
+Vaswani et al. 2017, §3.1 and Figure 1; pre-/post-norm per ``ModelConfig.norm_placement``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from companion.attention import KVCache, MultiHeadAttention
+from companion.embeddings import TokenEmbedding
+from companion.layers import ResidualBlock, make_ffn, make_norm
+from companion.masks import causal_mask, combine_masks, sliding_window_mask
+from companion.models.config import ModelConfig
+from companion.positions import LearnedPositionalEmbedding, RotaryEmbedding, alibi_bias, sinusoidal_encoding
+
+
+class Embeddings(nn.Module):
+    """Token embedding + absolute position information, for positions ``offset .. offset + T - 1``."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.token = TokenEmbedding(config.vocab_size, config.d_model, scale=config.embed_scale)
+        self.position: LearnedPositionalEmbedding | None = None
+        if config.positions == "learned":
+            self.position = LearnedPositionalEmbedding(config.max_seq_len, config.d_model)
+        elif config.positions == "sinusoidal":  # a fixed table: a buffer, not a parameter
+            table = sinusoidal_encoding(config.max_seq_len, config.d_model)  # (T_max, D)
+            self.register_buffer("sinusoid", table, persistent=False)
+        self.norm = make_norm(config.norm, config.d_model, config.norm_eps) if config.embed_norm else None
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
+        """Shapes: ids (B, T) -> (B, T, D)."""
+        t = ids.size(1)
+        x = self.token(ids)  # (B, T, D)
+        if self.position is not None:
+            x = x + self.position(t, offset=offset)  # (T, D) broadcast over B
+        elif self.config.positions == "sinusoidal":
+            x = x + self.sinusoid[offset : offset + t].to(x.dtype)  # (T, D)
+        if self.norm is not None:
+            x = self.norm(x)
+        return self.dropout(x)
+
+
+def make_rope(config: ModelConfig) -> RotaryEmbedding | None:
+    """One ``RotaryEmbedding`` (cos/sin tables only, no parameters) shared by every self-attention layer."""
+    if config.positions != "rope":
+        return None
+    return RotaryEmbedding(
+        config.head_dim, config.max_seq_len, config.rope_base, pairing=config.rope_pairing,
+        scaling=config.rope_scaling, factor=config.rope_factor,
+        original_max_seq_len=config.rope_original_max_seq_len,
+    )  # fmt: skip
+
+
+def attention_mask(
+    config: ModelConfig,
+    t: int,
+    s: int,
+    *,
+    causal: bool,
+    padding: Tensor | None = None,
+    device: torch.device | None = None,
+) -> Tensor | None:
+    """The mask for T new queries (the last T of S positions) in self-attention.
+
+    Combines: causal (decoder) or none (encoder); the sliding window if ``config.sliding_window``; the
+    ``padding`` mask (B, 1, 1, S), True = real token; and ALiBi's additive bias (H, T, S).
+    Returns None when nothing is masked (an encoder without padding, or one cached query).
+
+    Shapes: returns (T, S), (B, 1, T, S), (H, T, S) or (B, H, T, S); bool, or float if ALiBi is used.
+    """
+    structure = None
+    if causal and config.sliding_window is not None and config.sliding_window < s:
+        structure = sliding_window_mask(t, config.sliding_window, s, device=device)  # (T, S)
+    elif causal and t > 1:
+        structure = causal_mask(t, s, device=device)  # (T, S): one new query may see every cached key
+    bias = None
+    if config.positions == "alibi":
+        bias = alibi_bias(config.n_heads, s)[:, s - t :, :].to(device)  # (H, T, S): rows of the new queries
+    return combine_masks(structure, padding, bias)
+
+
+class EncoderLayer(nn.Module):
+    """Bidirectional self-attention then FFN, each inside a residual block (2 sublayers)."""
+
+    def __init__(self, config: ModelConfig, rope: RotaryEmbedding | None = None) -> None:
+        super().__init__()
+        self.self_attn = _attention(config, rope)
+        self.self_attn_block = _residual(config)
+        self.ffn = make_ffn(config.activation, config.d_model, config.d_ff, bias=config.bias, dropout=config.dropout)
+        self.ffn_block = _residual(config)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """Shapes: x (B, S, D), mask broadcastable to (B, H, S, S) -> (B, S, D)."""
+        x = self.self_attn_block(x, lambda h: self.self_attn(h, mask=mask))
+        return self.ffn_block(x, self.ffn)
+
+
+@dataclass
+class DecoderLayerCache:
+    """The two caches of one decoder layer: its own past keys/values, and the projected encoder output."""
+
+    self_attn: KVCache = field(default_factory=KVCache)
+    cross_attn: KVCache = field(default_factory=KVCache)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention to the encoder output (if ``cross_attention``), then FFN.
+
+    Every decoder layer's cross-attention reads the *same* final encoder output H (``memory``) through
+    its own ``k_proj``/``v_proj`` (W_K, W_V): the notes' "6 层共用同一个 H". A decoder-only model (GPT)
+    builds the layer with ``cross_attention=False``: two sublayers, like an encoder layer with a mask.
+    """
+
+    def __init__(self, config: ModelConfig, rope: RotaryEmbedding | None = None, *, cross_attention: bool) -> None:
+        super().__init__()
+        self.self_attn = _attention(config, rope)
+        self.self_attn_block = _residual(config)
+        self.cross_attn = _attention(config, None) if cross_attention else None  # no RoPE across sequences
+        self.cross_attn_block = _residual(config) if cross_attention else None
+        self.ffn = make_ffn(config.activation, config.d_model, config.d_ff, bias=config.bias, dropout=config.dropout)
+        self.ffn_block = _residual(config)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        cache: DecoderLayerCache | KVCache | None = None,
+    ) -> Tensor:
+        """Shapes: x (B, T, D), memory H (B, S_src, D), mask to (B, H, T, S), memory_mask to (B, 1, 1, S_src).
+
+        ``cache``: a ``KVCache`` (decoder-only) or a ``DecoderLayerCache`` (encoder-decoder).
+        Returns (B, T, D).
+        """
+        self_cache = cache.self_attn if isinstance(cache, DecoderLayerCache) else cache
+        cross_cache = cache.cross_attn if isinstance(cache, DecoderLayerCache) else None
+        x = self.self_attn_block(x, lambda h: self.self_attn(h, mask=mask, kv_cache=self_cache))
+        if self.cross_attn is not None:
+            if memory is None:
+                raise ValueError("memory (the encoder output H) is required by a decoder layer with cross-attention")
+            x = self.cross_attn_block(
+                x, lambda h: self.cross_attn(h, context=memory, mask=memory_mask, kv_cache=cross_cache)
+            )
+        return self.ffn_block(x, self.ffn)
+
+
+def _attention(config: ModelConfig, rope: RotaryEmbedding | None) -> MultiHeadAttention:
+    return MultiHeadAttention(
+        config.d_model, config.n_heads, config.n_kv_heads, bias=config.bias, dropout=config.dropout,
+        rope=rope, use_sdpa=config.use_sdpa,
+    )  # fmt: skip
+
+
+def _residual(config: ModelConfig) -> ResidualBlock:
+    return ResidualBlock(
+        config.d_model, norm=config.norm, placement=config.norm_placement, dropout=config.dropout,
+        eps=config.norm_eps,
+    )  # fmt: skip
+
+
+def init_weights(model: nn.Module, n_layers: int, std: float = 0.02) -> None:
+    """GPT-2's initialisation: N(0, 0.02) for linear and embedding weights, zero biases, norms at 1 / 0;
+    the projections that write into the residual stream (``o_proj``, ``down_proj``) get std / sqrt(2 N)
+    so that the stream's variance does not grow with depth (Radford et al. 2019, §2.3).
+
+    A token table with ``scale=True`` keeps its own N(0, 1/D) draw (Vaswani-style, see TokenEmbedding).
+    """
+    tables = {id(m.weight) for m in model.modules() if isinstance(m, TokenEmbedding)}  # tied output heads
+    for name, m in model.named_modules():
+        if isinstance(m, nn.Linear):
+            out_proj = name.endswith(("o_proj", "down_proj"))
+            if id(m.weight) not in tables:
+                nn.init.normal_(m.weight, 0.0, std / (2 * n_layers) ** 0.5 if out_proj else std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, TokenEmbedding) and not m.scale:
+            nn.init.normal_(m.weight, 0.0, std)
+        elif isinstance(m, LearnedPositionalEmbedding):
+            nn.init.normal_(m.weight, 0.0, std)

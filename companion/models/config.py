@@ -1,0 +1,191 @@
+"""``ModelConfig``: one dataclass that spans the original Transformer, GPT-2 and Llama.
+
+The source notes trace an *architecture-evolution table* (原始 Transformer → GPT → Llama):
+post-norm → pre-norm, LayerNorm → RMSNorm, ReLU → GELU → SwiGLU, sinusoidal → learned → RoPE,
+multi-head → grouped-query attention. Each row of that table is one field below, so a reader can flip
+one field (``cfg.replace(norm="rmsnorm")``) and build the same model core with one thing changed.
+
+Presets (classmethods) reproduce published shapes:
+
+- ``transformer_base()``: Vaswani et al. 2017, "Attention Is All You Need", Table 3 "base".
+- ``gpt2_small()``: Radford et al. 2019; 124,439,808 parameters, checked against Hugging Face
+  ``GPT2LMHeadModel`` (tests/test_models.py, tests/test_hf_equivalence.py).
+- ``llama(...)`` / ``llama_tiny()``: Touvron et al. 2023 (Llama 2 7B defaults), checked against
+  ``LlamaForCausalLM``.
+- ``bert_base()`` (Devlin et al. 2019) and ``mistral_7b()`` (Jiang et al. 2023, sliding window + GQA).
+
+Left out on purpose: T5's bucketed relative-position bias, BERT's token-type embeddings, MoE layers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from companion._checks import check_choice, check_divisible, check_positive_int
+
+NORMS = ("layernorm", "rmsnorm")
+PLACEMENTS = ("post", "pre")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")
+POSITIONS = ("sinusoidal", "learned", "rope", "alibi", "none")
+ROPE_SCALINGS = (None, "linear", "ntk", "yarn")
+ROPE_PAIRINGS = ("half", "adjacent")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Every architectural choice of a Transformer, one field each (frozen: use ``replace``)."""
+
+    # --- sizes -------------------------------------------------------------------------------
+    vocab_size: int = 256  # V: number of token ids (embedding rows, logits per position)
+    d_model: int = 64  # D: width of every residual-stream vector
+    n_heads: int = 4  # H: query heads; head width D_h = d_model // n_heads
+    n_layers: int = 2  # depth of a decoder-only (GPT) or encoder-only (BERT) stack
+    n_encoder_layers: int | None = None  # encoder depth of an encoder-decoder model (None: n_layers)
+    n_decoder_layers: int | None = None  # decoder depth of an encoder-decoder model (None: n_layers)
+    d_ff: int = 256  # hidden width of the feed-forward network (4·D in 2017/GPT-2, ≈8/3·D for SwiGLU)
+    max_seq_len: int = 128  # longest sequence (prompt + generated) the model accepts
+    n_kv_heads: int | None = None  # H_kv: key/value heads; None = n_heads (MHA), 1 = MQA, between = GQA
+    # --- the architecture-evolution table -----------------------------------------------------
+    norm: str = "layernorm"  # "layernorm" (2017, GPT-2, BERT) or "rmsnorm" (Llama: no mean, no bias)
+    norm_placement: str = "pre"  # "post": norm(x + f(x)) as in 2017/BERT; "pre": x + f(norm(x)) (GPT-2+)
+    norm_eps: float = 1e-5  # epsilon inside every norm's square root
+    final_norm: bool = True  # one more norm after the last layer (needed with pre-norm)
+    embed_norm: bool = False  # normalise token+position embeddings before layer 1 (BERT)
+    activation: str = "gelu"  # FFN: "relu" (2017), "gelu" (BERT), "gelu_tanh" (GPT-2), "swiglu" (Llama)
+    positions: str = "learned"  # "sinusoidal" (2017), "learned" (GPT-2/BERT), "rope" (Llama), "alibi", "none"
+    rope_base: float = 10000.0  # RoPE base frequency θ (10,000 Llama 2; 500,000 Llama 3)
+    rope_scaling: str | None = None  # context extension: None, "linear" (PI), "ntk" or "yarn"
+    rope_factor: float = 1.0  # how many times longer than the trained context (used by rope_scaling)
+    rope_original_max_seq_len: int | None = None  # context length the model was trained with (YaRN)
+    rope_pairing: str = "half"  # RoPE pairs dims (i, i + D_h/2) ("half", HF Llama) or (2i, 2i+1) ("adjacent")
+    sliding_window: int | None = None  # each query sees at most this many keys (Mistral); None: all
+    tie_embeddings: bool = True  # the output projection reuses the token-embedding matrix
+    bias: bool = True  # bias vectors in attention/FFN projections and norms (False for Llama)
+    dropout: float = 0.0  # dropout probability after embeddings, attention weights and sublayers
+    embed_scale: bool = False  # multiply token embeddings by sqrt(d_model) (2017, section 3.4)
+    use_sdpa: bool = False  # attention through torch's fused scaled_dot_product_attention (same numbers, faster)
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_seq_len"):
+            check_positive_int(name, getattr(self, name))
+        for name in ("n_encoder_layers", "n_decoder_layers", "n_kv_heads", "rope_original_max_seq_len"):
+            if getattr(self, name) is not None:
+                check_positive_int(name, getattr(self, name))
+        check_divisible("d_model", self.d_model, "n_heads", self.n_heads)
+        check_divisible("n_heads", self.n_heads, "n_kv_heads", self.kv_heads)
+        check_choice("norm", self.norm, NORMS)
+        check_choice("norm_placement", self.norm_placement, PLACEMENTS)
+        check_choice("activation", self.activation, ACTIVATIONS)
+        check_choice("positions", self.positions, POSITIONS)
+        check_choice("rope_scaling", self.rope_scaling, ROPE_SCALINGS)
+        check_choice("rope_pairing", self.rope_pairing, ROPE_PAIRINGS)
+        if self.positions == "rope" and self.head_dim % 2 != 0:
+            raise ValueError(
+                f"positions='rope' needs an even head width, got d_model={self.d_model} / "
+                f"n_heads={self.n_heads} = {self.head_dim}"
+            )
+        if self.sliding_window is not None:
+            if isinstance(self.sliding_window, bool) or not isinstance(self.sliding_window, int):
+                raise TypeError(f"sliding_window must be an int or None, got {self.sliding_window!r}")
+            if self.sliding_window < 1:
+                raise ValueError(f"sliding_window={self.sliding_window} is invalid; expected None or >= 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout={self.dropout} is invalid; expected 0 <= dropout < 1")
+        if not self.norm_eps > 0:
+            raise ValueError(f"norm_eps={self.norm_eps} is invalid; expected a positive number")
+        if not self.rope_base > 0:
+            raise ValueError(f"rope_base={self.rope_base} is invalid; expected a positive number")
+        if not self.rope_factor >= 1.0:
+            raise ValueError(f"rope_factor={self.rope_factor} is invalid; expected >= 1")
+
+    # --- derived sizes ----------------------------------------------------------------------------
+    @property
+    def head_dim(self) -> int:
+        """D_h = d_model // n_heads."""
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """H_kv, with ``n_kv_heads=None`` resolved to ``n_heads`` (plain multi-head attention)."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def encoder_layers(self) -> int:
+        """Encoder depth of an encoder-decoder model."""
+        return self.n_layers if self.n_encoder_layers is None else self.n_encoder_layers
+
+    @property
+    def decoder_layers(self) -> int:
+        """Decoder depth of an encoder-decoder model."""
+        return self.n_layers if self.n_decoder_layers is None else self.n_decoder_layers
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """A copy with ``changes`` applied and validated again, e.g. ``cfg.replace(norm="rmsnorm")``."""
+        return dataclasses.replace(self, **changes)
+
+    # --- presets ----------------------------------------------------------------------------------
+    @classmethod
+    def transformer_base(cls, **changes: Any) -> ModelConfig:
+        """Vaswani et al. 2017, base model: D=512, H=8, N=6+6, d_ff=2048, post-LN, sinusoidal, ReLU.
+
+        One 37,000-token BPE vocabulary shared by source and target; the embedding matrices and the
+        output projection share weights and embeddings are scaled by sqrt(D) (sections 3.4, 5.1).
+        """
+        base = dict(
+            vocab_size=37000, d_model=512, n_heads=8, n_layers=6, d_ff=2048, max_seq_len=512,
+            norm="layernorm", norm_placement="post", final_norm=False, activation="relu",
+            positions="sinusoidal", tie_embeddings=True, bias=True, dropout=0.1, embed_scale=True,
+            norm_eps=1e-6,
+        )  # fmt: skip
+        return cls(**{**base, **changes})
+
+    @classmethod
+    def gpt2_small(cls, **changes: Any) -> ModelConfig:
+        """GPT-2 small (124M): D=768, H=12, 12 layers, 1024 learned positions, pre-LN + final LN, tanh-GELU."""
+        base = dict(
+            vocab_size=50257, d_model=768, n_heads=12, n_layers=12, d_ff=3072, max_seq_len=1024,
+            norm="layernorm", norm_placement="pre", final_norm=True, activation="gelu_tanh",
+            positions="learned", tie_embeddings=True, bias=True, dropout=0.1, norm_eps=1e-5,
+        )  # fmt: skip
+        return cls(**{**base, **changes})
+
+    @classmethod
+    def llama(cls, **changes: Any) -> ModelConfig:
+        """Llama-style: RMSNorm, pre-norm, SwiGLU, RoPE (half pairing), no biases, untied output.
+
+        Defaults are Llama 2 7B (D=4096, 32 layers, 32 heads, d_ff=11008, V=32000, 4096 context);
+        pass ``n_kv_heads`` for grouped-query attention (Llama 2 70B: 8), ``rope_base=500000.0`` for Llama 3.
+        """
+        base = dict(
+            vocab_size=32000, d_model=4096, n_heads=32, n_layers=32, d_ff=11008, max_seq_len=4096,
+            norm="rmsnorm", norm_placement="pre", final_norm=True, activation="swiglu",
+            positions="rope", rope_base=10000.0, rope_pairing="half", tie_embeddings=False,
+            bias=False, dropout=0.0, norm_eps=1e-5,
+        )  # fmt: skip
+        return cls(**{**base, **changes})
+
+    @classmethod
+    def llama_tiny(cls, **changes: Any) -> ModelConfig:
+        """A Llama-style model small enough for a laptop: D=64, 2 layers, 4 query heads sharing 2 K/V heads."""
+        base = dict(vocab_size=256, d_model=64, n_heads=4, n_kv_heads=2, n_layers=2, d_ff=172, max_seq_len=256)
+        return cls.llama(**{**base, **changes})
+
+    @classmethod
+    def bert_base(cls, **changes: Any) -> ModelConfig:
+        """BERT-base: D=768, H=12, 12 post-LN layers, exact GELU, 512 learned positions, embedding LN."""
+        base = dict(
+            vocab_size=30522, d_model=768, n_heads=12, n_layers=12, d_ff=3072, max_seq_len=512,
+            norm="layernorm", norm_placement="post", final_norm=False, embed_norm=True,
+            activation="gelu", positions="learned", tie_embeddings=True, bias=True, dropout=0.1,
+            norm_eps=1e-12,
+        )  # fmt: skip
+        return cls(**{**base, **changes})
+
+    @classmethod
+    def mistral_7b(cls, **changes: Any) -> ModelConfig:
+        """Mistral 7B v0.1: Llama-style with GQA (8 K/V heads) and a 4096-token sliding window."""
+        base = dict(d_model=4096, n_heads=32, n_kv_heads=8, n_layers=32, d_ff=14336, max_seq_len=32768,
+                    sliding_window=4096)  # fmt: skip
+        return cls.llama(**{**base, **changes})
