@@ -1,0 +1,248 @@
+"""Scaling: parameter, FLOP and KV-cache counts by formula, and the scaling-law experiment.
+
+- ``count_parameters(config, family)``: the parameter count of ``companion.models.GPT`` / ``Transformer`` /
+  ``Encoder`` from the config alone, term by term (tests check it equals the modules' ``numel`` for every
+  preset; GPT-2 small = 124,439,808, as Hugging Face ``GPT2LMHeadModel`` reports).
+- ``training_flops``: C ≈ 6 N D (Kaplan et al. 2020, §2.1; Hoffmann et al. 2022): 2 N per token forward,
+  4 N backward.
+- ``forward_flops_per_token``: 2 FLOPs per multiply–add of every weight matrix, plus attention's
+  QKᵀ and AV (each 2·T·D per layer for a query that sees T keys) — checked against
+  ``torch.utils.flop_counter.FlopCounterMode`` on a real forward pass.
+- ``kv_cache_bytes``: 2 (K and V) × layers × K/V heads × head width × tokens × batch × bytes per value.
+  Llama-2 7B at 4,096 tokens in fp16: exactly 2 GiB per sequence; GQA with 8 K/V heads: a quarter.
+- ``fit_power_law``: L(N) = E + A·N^(−α) by Levenberg–Marquardt in NumPy (no SciPy), with standard errors
+  from the covariance s²(JᵀJ)⁻¹ of the linearised problem.
+- ``scaling_sweep``: trains a ladder of small GPTs on a ``MarkovSource`` (exact entropy rate = the E a
+  fit should find) and returns (N, loss) pairs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from companion._checks import check_choice, check_positive_int
+
+__all__ = [
+    "count_parameters", "training_flops", "forward_flops_per_token", "kv_cache_bytes", "PowerLawFit",
+    "fit_power_law", "scaling_sweep",
+]
+
+FAMILIES = ("gpt", "transformer", "encoder")
+
+
+def _norm_params(config: Any) -> int:
+    return 2 * config.d_model if config.norm == "layernorm" else config.d_model  # LayerNorm: γ and β; RMSNorm: γ
+
+
+def _linear(d_in: int, d_out: int, bias: bool) -> int:
+    return d_in * d_out + (d_out if bias else 0)
+
+
+def _attention_params(config: Any) -> int:
+    d, d_q, d_kv = config.d_model, config.n_heads * config.head_dim, config.kv_heads * config.head_dim
+    b = config.bias
+    return _linear(d, d_q, b) + 2 * _linear(d, d_kv, b) + _linear(d_q, d, b)  # q, k, v, o projections
+
+
+def _ffn_params(config: Any) -> int:
+    n_in = 2 if config.activation == "swiglu" else 1  # SwiGLU has gate_proj and up_proj
+    return n_in * _linear(config.d_model, config.d_ff, config.bias) + _linear(config.d_ff, config.d_model, config.bias)
+
+
+def count_parameters(config: Any, family: str = "gpt", *, embeddings: bool = True) -> int:
+    """Parameters of ``companion.models.<GPT|Transformer|Encoder>(config)``, counted from the config.
+
+    ``family``: "gpt" (decoder-only), "transformer" (encoder–decoder, one shared vocabulary) or
+    "encoder" (BERT-style with its masked-LM head). A tied output matrix counts once.
+    ``embeddings=False`` leaves out the token and position tables (and an untied output matrix): the
+    "non-embedding" N of Kaplan et al. 2020, the N of the scaling laws.
+    """
+    check_choice("family", family, FAMILIES)
+    d, v = config.d_model, config.vocab_size
+    norm = _norm_params(config)
+    table = v * d + (config.max_seq_len * d if config.positions == "learned" else 0)  # token (+ position) rows
+    total = table if embeddings else 0
+    total += norm if config.embed_norm else 0
+    self_layer = _attention_params(config) + _ffn_params(config) + 2 * norm  # 2 residual blocks, each with a norm
+    final = norm if config.final_norm else 0
+    output = 0 if config.tie_embeddings or not embeddings else v * d  # lm_head (no bias) unless tied
+    if family == "gpt":
+        return total + config.n_layers * self_layer + final + output
+    if family == "transformer":
+        cross_layer = self_layer + _attention_params(config) + norm  # + cross-attention and its residual norm
+        return total + config.encoder_layers * self_layer + config.decoder_layers * cross_layer + 2 * final + output
+    mlm_head = _linear(d, d, True) + norm + v  # dense + norm + output bias of BERT's MLM head
+    return total + config.n_layers * self_layer + final + mlm_head + output
+
+
+def training_flops(n_params: float, n_tokens: float) -> float:
+    """C ≈ 6·N·D floating-point operations to train N parameters on D tokens (forward 2N, backward 4N per token)."""
+    if n_params <= 0 or n_tokens <= 0:
+        raise ValueError(f"n_params={n_params} and n_tokens={n_tokens} must both be positive")
+    return 6.0 * n_params * n_tokens
+
+
+def forward_flops_per_token(config: Any, seq_len: int) -> float:
+    """Forward FLOPs per token of ``companion.models.GPT(config)`` at context length ``seq_len``.
+
+    2 FLOPs (multiply + add) per weight of every matrix a token passes through (attention projections,
+    FFN, output head), plus attention itself: QKᵀ and the weighted sum of V each cost 2·seq_len·(H·D_h)
+    per layer when a query sees ``seq_len`` keys (the full matrix is computed, then masked; a causal model
+    needs only half of it on average). Embedding lookups, norms and softmax are left out (O(D), small).
+    """
+    check_positive_int("seq_len", seq_len)
+    weights_per_layer = _attention_params(config.replace(bias=False)) + _ffn_params(config.replace(bias=False))
+    matmul = config.n_layers * weights_per_layer + config.d_model * config.vocab_size
+    attention = config.n_layers * 2 * seq_len * config.n_heads * config.head_dim  # QKᵀ and AV, multiply-adds
+    return 2.0 * (matmul + attention)
+
+
+def kv_cache_bytes(
+    n_layers: int, n_kv_heads: int, head_dim: int, seq_len: int, batch: int = 1, bytes_per_value: int = 2
+) -> int:
+    """Memory of a KV cache: 2 (K and V) · n_layers · n_kv_heads · head_dim · seq_len · batch · bytes_per_value.
+
+    Llama-2 7B (32 layers, 32 K/V heads of width 128) at 4,096 tokens in fp16: 2·32·32·128·4096·2 = 2³¹ bytes
+    = 2 GiB per sequence; with grouped-query attention and 8 K/V heads, 0.5 GiB.
+    """
+    for name, value in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("head_dim", head_dim),
+                        ("seq_len", seq_len), ("batch", batch), ("bytes_per_value", bytes_per_value)):
+        check_positive_int(name, value)
+    return 2 * n_layers * n_kv_heads * head_dim * seq_len * batch * bytes_per_value
+
+
+@dataclass(frozen=True)
+class PowerLawFit:
+    """L(N) = E + A·N^(−alpha), with one-standard-error uncertainties of each parameter."""
+
+    E: float  # irreducible loss: the floor as N → ∞
+    A: float  # scale of the reducible part
+    alpha: float  # exponent: how fast the reducible part shrinks
+    E_err: float
+    A_err: float
+    alpha_err: float
+    covariance: np.ndarray  # (3, 3) covariance of (E, A, alpha)
+    residual_std: float  # s = sqrt(RSS / (n - 3))
+
+    def predict(self, n: Any) -> np.ndarray:
+        """L at parameter count(s) ``n``."""
+        return self.E + self.A * np.asarray(n, dtype=np.float64) ** (-self.alpha)
+
+
+def fit_power_law(n: Sequence[float], loss: Sequence[float], *, max_iter: int = 200) -> PowerLawFit:
+    """Least-squares fit of ``loss = E + A·n^(−alpha)`` (Levenberg–Marquardt, NumPy only).
+
+    Internally the model is E + exp(b − alpha·x) with x = log(n / n_ref) (n_ref the geometric mean of
+    n), which keeps the problem well conditioned; the covariance s²(JᵀJ)⁻¹ is mapped back to (E, A, alpha).
+    Needs at least 4 points (3 parameters + 1 degree of freedom for the uncertainties).
+    """
+    n_arr, y = np.asarray(n, dtype=np.float64), np.asarray(loss, dtype=np.float64)
+    if n_arr.shape != y.shape or n_arr.ndim != 1:
+        raise ValueError(f"n and loss must be 1-D and equally long, got shapes {n_arr.shape} and {y.shape}")
+    if len(n_arr) < 4:
+        raise ValueError(f"fit_power_law needs at least 4 points, got {len(n_arr)}")
+    if np.any(n_arr <= 0) or not np.all(np.isfinite(y)):
+        raise ValueError("n must be positive and loss finite")
+    c = np.log(n_arr).mean()
+    x = np.log(n_arr) - c
+
+    def residual(p: np.ndarray) -> np.ndarray:
+        return p[0] + np.exp(p[1] - p[2] * x) - y
+
+    def jacobian(p: np.ndarray) -> np.ndarray:
+        g = np.exp(p[1] - p[2] * x)
+        return np.stack([np.ones_like(x), g, -x * g], axis=1)  # (n, 3): d/dE, d/db, d/dalpha
+
+    # start: the E on a grid below min(loss) whose log-linear fit of log(loss − E) is best
+    best = None
+    for e in y.min() - (y.max() - y.min() + 1e-12) * np.geomspace(1e-3, 10.0, 60):
+        slope, b = np.polyfit(x, np.log(y - e), 1)
+        p = np.array([e, b, -slope])
+        rss = float(np.sum(residual(p) ** 2))
+        if best is None or rss < best[0]:
+            best = (rss, p)
+    rss, p = best
+    lam = 1e-3
+    for _ in range(max_iter):
+        r, j = residual(p), jacobian(p)
+        jtj = j.T @ j
+        step = np.linalg.solve(jtj + lam * np.diag(np.diag(jtj) + 1e-12), -j.T @ r)
+        new_rss = float(np.sum(residual(p + step) ** 2))
+        if new_rss < rss:
+            p, lam, done = p + step, lam / 10, rss - new_rss <= 1e-15 * max(rss, 1e-300)
+            rss = new_rss
+            if done:
+                break
+        else:
+            lam *= 10
+            if lam > 1e12:
+                break
+    dof = len(y) - 3
+    s2 = rss / dof
+    j = jacobian(p)
+    cov_internal = s2 * np.linalg.pinv(j.T @ j)  # covariance of (E, b, alpha)
+    e_fit, b, alpha = p
+    a = math.exp(b + alpha * c)  # A·n^(−α) = exp(b − α(log n − c))  ⇒  log A = b + α c
+    to_public = np.array([[1.0, 0.0, 0.0], [0.0, a, a * c], [0.0, 0.0, 1.0]])  # d(E, A, α)/d(E, b, α)
+    cov = to_public @ cov_internal @ to_public.T
+    err = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    return PowerLawFit(float(e_fit), a, float(alpha), float(err[0]), float(err[1]), float(err[2]), cov, math.sqrt(s2))
+
+
+def scaling_sweep(
+    widths: Sequence[int],
+    *,
+    steps: int = 600,
+    source: Any = None,
+    n_layers: int = 2,
+    head_dim: int = 16,
+    seq_len: int = 32,
+    batch_size: int = 64,
+    lr: float = 1e-2,
+    seed: int = 0,
+    eval_sequences: int = 256,
+    progress: bool = False,
+) -> list[tuple[int, float]]:
+    """Train one small GPT per width in ``widths`` on ``source`` and return ``(N, held-out loss)`` pairs.
+
+    N is the non-embedding parameter count (``count_parameters(..., embeddings=False)``). ``source`` is a
+    ``companion.data.MarkovSource`` (default ``markov_source(16, 2, seed)``); the loss is measured on fresh
+    sequences, only at positions that see the chain's full context, so it cannot go below
+    ``source.entropy_rate``. Every model sees the same batches (same seed).
+
+    Example (defaults, 1 CPU thread, about a minute): widths 8, 16, 32, 64 on ``markov_source(16, 2)``
+    (entropy rate 2.109 nats) gave losses 2.713, 2.503, 2.191, 2.138 for N = 1,760 … 100,096.
+    """
+    from companion.data import markov_source
+    from companion.models import GPT, ModelConfig
+    from companion.training import TrainConfig, lm_loss, train
+
+    source = source if source is not None else markov_source(16, 2, seed)
+    held_out = source.sample_batch(eval_sequences, seq_len + 1, torch.Generator().manual_seed(seed + 1))
+    results = []
+    for width in widths:
+        check_positive_int("width", width)
+        config = ModelConfig(
+            vocab_size=source.vocab_size, d_model=width, n_heads=max(1, width // head_dim), n_layers=n_layers,
+            d_ff=4 * width, max_seq_len=seq_len, dropout=0.0,
+        )  # fmt: skip
+        torch.manual_seed(seed)
+        model = GPT(config)
+
+        def get_batch(step: int) -> torch.Tensor:
+            return source.sample_batch(batch_size, seq_len + 1, torch.Generator().manual_seed(seed * 100_003 + step))
+
+        train(model, get_batch, lm_loss, TrainConfig(steps=steps, lr=lr, warmup_steps=max(1, steps // 10)),
+              progress=progress)
+        with torch.no_grad():
+            logits = model(held_out[:, :-1])[:, source.order - 1 :]  # (B, T - k + 1, V): full-context positions
+            targets = held_out[:, source.order :]  # (B, T - k + 1)
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+        results.append((count_parameters(config, "gpt", embeddings=False), float(loss)))
+    return results
