@@ -22,14 +22,6 @@ PRESETS = ["transformer_base", "gpt2_small", "llama", "llama_tiny", "bert_base",
 FAMILIES = {"gpt": GPT, "transformer": Transformer, "encoder": Encoder}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def module_count(config: ModelConfig, family: str) -> int:
     with torch.device("meta"):  # shapes only: a 7B model costs no memory
         return num_parameters(FAMILIES[family](config))
