@@ -15,8 +15,9 @@ Shape legend, used in every docstring and every ``# (B, H, T, D_h)`` comment of 
     V     vocabulary size
 
 Modules, one concept each: ``tokens``, ``embeddings``, ``attention``, ``masks``, ``positions``,
-``layers``, ``models``, ``generation``, ``training``, ``scaling``, ``data``, ``plots``,
-``exercises``; and ``scratch``, forward-only NumPy twins written to be read.
+``layers``, ``models``, ``generation``, ``training`` (which re-exports ``train_loop``, ``checkpoints`` and
+``translation``), ``scaling``, ``data``, ``plots``, ``exercises``; and ``scratch``, forward-only NumPy twins
+written to be read.
 
 Importing ``companion`` loads torch and numpy only: no Jupyter module, no matplotlib.
 """

@@ -1,17 +1,13 @@
-"""Tokenizers: text -> tokens -> ids, three ways (chapter 01_tokens).
+"""Byte-level byte-pair encoding (BPE) tokenizer (chapter 01_tokens).
 
-* ``CharTokenizer``: one id per character seen in a training text.
-* ``BPETokenizer``: byte-level byte-pair encoding (Sennrich et al. 2016, "Neural Machine Translation of
-  Rare Words with Subword Units"; byte-level as in GPT-2, Radford et al. 2019), written in the style of
-  karpathy/minbpe but trained with an incremental algorithm instead of recounting every pair each step.
-* ``WordPieceTokenizer``: greedy longest-match-first with ``##`` continuation pieces, as in BERT
-  (Devlin et al. 2019); inference only, from a given vocabulary.
+Sennrich et al. 2016, "Neural Machine Translation of Rare Words with Subword Units"; byte-level as in
+GPT-2 (Radford et al. 2019). Written in the style of karpathy/minbpe, but trained with an incremental
+algorithm instead of recounting every pair each step.
 
-Checked against Hugging Face ``tokenizers`` (tests/test_tokens.py): the BPE trainer produces the same
-merges, in the same order, as ``tokenizers.trainers.BpeTrainer`` with a ``ByteLevel`` pre-tokenizer, and
-WordPiece gives the same pieces as ``tokenizers.models.WordPiece`` behind a BERT pre-tokenizer.
+Checked against Hugging Face ``tokenizers`` (tests/test_tokens.py): the trainer produces the same merges,
+in the same order, as ``tokenizers.trainers.BpeTrainer`` with a ``ByteLevel`` pre-tokenizer.
 
-Left out on purpose: normalisation (NFC, lower-casing), dropout, training WordPiece, SentencePiece.
+Left out on purpose: normalisation (NFC, lower-casing), BPE dropout, SentencePiece.
 """
 
 from __future__ import annotations
@@ -19,13 +15,14 @@ from __future__ import annotations
 import heapq
 import json
 import re
-import unicodedata
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["GPT2_SPLIT_PATTERN", "GPT4_SPLIT_PATTERN", "BPETokenizer", "CharTokenizer", "WordPieceTokenizer"]
+from companion.tokens._common import _check_text
+
+__all__ = ["GPT2_SPLIT_PATTERN", "GPT4_SPLIT_PATTERN", "BPETokenizer", "merge_pair"]
 
 # Pre-split patterns: text is cut into chunks first and merges never cross a chunk boundary.
 GPT2_SPLIT_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -35,79 +32,6 @@ GPT4_SPLIT_PATTERN = (
 )
 _NAMED_PATTERNS = {"gpt2": GPT2_SPLIT_PATTERN, "gpt4": GPT4_SPLIT_PATTERN}
 _HEADER = "companion-bpe v1"
-
-
-def _check_text(name: str, text: object) -> None:
-    if not isinstance(text, str):
-        raise TypeError(f"{name} must be a str, got {type(text).__name__}")
-
-
-class CharTokenizer:
-    """One id per character. Ids: the special tokens first, in the order given, then the sorted characters.
-
-    An unseen character raises ``ValueError`` naming it (a silent fallback hides bugs in a toy model);
-    pass ``unk_token`` to map unseen characters to that token instead.
-    """
-
-    def __init__(self, tokens: Sequence[str], *, unk_token: str | None = None) -> None:
-        self.itos: list[str] = list(tokens)
-        self.stoi: dict[str, int] = {s: i for i, s in enumerate(self.itos)}
-        if len(self.stoi) != len(self.itos):
-            raise ValueError(f"tokens={self.itos!r} contains duplicates; expected distinct tokens")
-        if unk_token is not None and unk_token not in self.stoi:
-            raise ValueError(f"unk_token={unk_token!r} is not in tokens; expected one of the specials")
-        self.unk_token = unk_token
-        self.specials = [s for s in self.itos if len(s) != 1]
-        if unk_token is not None and unk_token not in self.specials:
-            self.specials.append(unk_token)
-        alternatives = sorted(self.specials, key=len, reverse=True)
-        self._special_re = re.compile("|".join(map(re.escape, alternatives))) if alternatives else None
-
-    @classmethod
-    def from_text(
-        cls, text: str, specials: Iterable[str] = (), *, unk_token: str | None = None
-    ) -> CharTokenizer:
-        """Build the vocabulary from the characters of ``text`` (``unk_token`` is added to the specials)."""
-        _check_text("text", text)
-        specials = list(specials)
-        if unk_token is not None and unk_token not in specials:
-            specials.append(unk_token)
-        chars = sorted(set(text) - set(specials))
-        return cls(specials + chars, unk_token=unk_token)
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.itos)
-
-    def _encode_plain(self, text: str, out: list[int]) -> None:
-        for ch in text:
-            i = self.stoi.get(ch)
-            if i is None:
-                if self.unk_token is None:
-                    raise ValueError(f"character {ch!r} (U+{ord(ch):04X}) is not in the vocabulary; "
-                                     "expected one of the training characters, or give unk_token")
-                i = self.stoi[self.unk_token]
-            out.append(i)
-
-    def encode(self, text: str) -> list[int]:
-        """Special tokens written literally in ``text`` become their own id; every other character one id."""
-        _check_text("text", text)
-        out: list[int] = []
-        start = 0
-        for m in self._special_re.finditer(text) if self._special_re else ():
-            self._encode_plain(text[start:m.start()], out)
-            out.append(self.stoi[m.group()])
-            start = m.end()
-        self._encode_plain(text[start:], out)
-        return out
-
-    def decode(self, ids: Iterable[int]) -> str:
-        out = []
-        for i in ids:
-            if not 0 <= i < len(self.itos):
-                raise ValueError(f"id={i} is out of range; expected 0 <= id < {len(self.itos)}")
-            out.append(self.itos[i])
-        return "".join(out)
 
 
 def _byte_level_order() -> list[int]:
@@ -376,94 +300,3 @@ class BPETokenizer:
         tok._ranks = {pair: r for r, pair in enumerate(tok.merges)}
         tok.register_special_tokens(specials)
         return tok
-
-
-def _is_punctuation(ch: str) -> bool:
-    """BERT's rule: ASCII symbols count as punctuation, plus every Unicode category P*."""
-    cp = ord(ch)
-    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
-        return True
-    return unicodedata.category(ch).startswith("P")
-
-
-_CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
-               (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
-
-
-def _is_cjk(ch: str) -> bool:
-    cp = ord(ch)
-    return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
-
-
-class WordPieceTokenizer:
-    """BERT's WordPiece: split on whitespace, punctuation and CJK characters, then cut each word greedily
-    into the longest vocabulary piece from the left; later pieces carry the ``##`` prefix.
-
-    A word that cannot be fully cut, or that is longer than ``max_chars_per_word``, becomes ``unk_token``.
-    """
-
-    def __init__(self, vocab: list[str] | dict[str, int], unk_token: str = "[UNK]",
-                 max_chars_per_word: int = 100) -> None:
-        if isinstance(vocab, dict):
-            self.vocab = dict(vocab)
-        elif isinstance(vocab, (list, tuple)):
-            self.vocab = {tok: i for i, tok in enumerate(vocab)}
-        else:
-            raise TypeError(f"vocab must be a list[str] or dict[str, int], got {type(vocab).__name__}")
-        if unk_token not in self.vocab:
-            raise ValueError(f"unk_token={unk_token!r} is not in vocab; expected a token of the vocabulary")
-        if isinstance(max_chars_per_word, bool) or not isinstance(max_chars_per_word, int) \
-                or max_chars_per_word < 1:
-            raise ValueError(f"max_chars_per_word={max_chars_per_word!r} is invalid; expected an int >= 1")
-        self.unk_token = unk_token
-        self.max_chars_per_word = max_chars_per_word
-        self.ids_to_tokens = {i: tok for tok, i in self.vocab.items()}
-
-    @staticmethod
-    def pre_split(text: str) -> list[str]:
-        """Whitespace separates words; each punctuation mark and each CJK character is a word of its own."""
-        words, current = [], []
-        for ch in text:
-            if ch.isspace() or _is_punctuation(ch) or _is_cjk(ch):
-                if current:
-                    words.append("".join(current))
-                    current = []
-                if not ch.isspace():
-                    words.append(ch)
-            else:
-                current.append(ch)
-        if current:
-            words.append("".join(current))
-        return words
-
-    def _split_word(self, word: str) -> list[str]:
-        if len(word) > self.max_chars_per_word:
-            return [self.unk_token]
-        pieces, start = [], 0
-        while start < len(word):
-            for end in range(len(word), start, -1):  # longest match first
-                piece = word[start:end] if start == 0 else "##" + word[start:end]
-                if piece in self.vocab:
-                    pieces.append(piece)
-                    start = end
-                    break
-            else:
-                return [self.unk_token]  # some part of the word has no piece: the whole word is unknown
-        return pieces
-
-    def tokenize(self, text: str) -> list[str]:
-        _check_text("text", text)
-        return [piece for word in self.pre_split(text) for piece in self._split_word(word)]
-
-    def encode(self, text: str) -> list[int]:
-        return [self.vocab[piece] for piece in self.tokenize(text)]
-
-    def decode(self, ids: Iterable[int]) -> str:
-        """Join pieces: ``##`` pieces glue to the previous one, others are separated by a space."""
-        out = ""
-        for i in ids:
-            if i not in self.ids_to_tokens:
-                raise ValueError(f"id={i} is not in the vocabulary")
-            tok = self.ids_to_tokens[i]
-            out += tok[2:] if tok.startswith("##") else (" " + tok if out else tok)
-        return out

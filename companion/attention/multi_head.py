@@ -1,0 +1,190 @@
+"""Multi-head attention (MHA), grouped-query (GQA) and multi-query (MQA) attention (chapter 04_multi_head).
+
+Multi-head attention from Vaswani et al., *Attention Is All You Need* (2017, §3.2.2); grouped-query attention
+from Ainslie et al., *GQA* (2023); multi-query attention from Shazeer, *Fast Transformer Decoding* (2019).
+The pure functions ``split_heads``, ``merge_heads`` and ``repeat_kv`` do the reshaping; the module is thin.
+
+Checked against (``tests/test_attention.py``): ``torch.nn.MultiheadAttention`` with copied weights and
+``torch.nn.functional.scaled_dot_product_attention`` (the ``use_sdpa`` fast path). The GQA head layout
+(query head ``h`` uses key/value head ``h // (H / H_kv)``) follows Hugging Face ``modeling_llama.repeat_kv``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from companion._checks import check_divisible, check_positive_int, check_same_dtype_device, check_tensor
+from companion.attention.kv_cache import KVCache
+from companion.attention.sdpa import _check_mask, scaled_dot_product_attention
+
+if TYPE_CHECKING:
+    from companion.positions import RotaryEmbedding
+
+__all__ = ["MultiHeadAttention", "merge_heads", "repeat_kv", "split_heads"]
+
+
+def split_heads(x: Tensor, n_heads: int) -> Tensor:
+    """Cut the model width into ``n_heads`` heads: head h owns columns h*D_h ... (h+1)*D_h - 1.
+
+    Shapes:
+        x: (B, T, D) -> (B, H, T, D_h) with D_h = D // H.
+    """
+    check_tensor("x", x, ndim=3)
+    b, t, d = x.shape
+    if d % n_heads != 0:
+        raise ValueError(f"the last dimension of x ({d}) is not divisible by n_heads={n_heads}")
+    return x.view(b, t, n_heads, d // n_heads).transpose(1, 2)  # (B, H, T, D_h)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """Inverse of :func:`split_heads`: put the heads side by side again.
+
+    Shapes:
+        x: (B, H, T, D_h) -> (B, T, H * D_h).
+    """
+    check_tensor("x", x, ndim=4)
+    b, h, t, dh = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * dh)  # (B, T, D)
+
+
+def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
+    """Repeat each key/value head ``n_rep`` times so that H_kv heads serve H = H_kv·n_rep query heads.
+
+    Query head ``h`` ends up reading key/value head ``h // n_rep`` (the layout of Hugging Face Llama and of
+    ``torch.repeat_interleave(x, n_rep, dim=1)``).
+
+    Shapes:
+        x: (B, H_kv, S, D_h) -> (B, H_kv * n_rep, S, D_h)
+    """
+    check_tensor("x", x, ndim=4)
+    check_positive_int("n_rep", n_rep)
+    if n_rep == 1:
+        return x
+    b, h_kv, s, d_h = x.shape
+    x = x[:, :, None, :, :].expand(b, h_kv, n_rep, s, d_h)  # (B, H_kv, n_rep, S, D_h)
+    return x.reshape(b, h_kv * n_rep, s, d_h)  # (B, H, S, D_h)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with ``n_kv_heads`` for grouped-query (GQA) and multi-query (MQA) attention.
+
+    ::
+
+        MHA  (n_kv_heads = H)       GQA  (1 < n_kv_heads < H)    MQA  (n_kv_heads = 1)
+        q:  Q Q Q Q Q Q Q Q         q:  Q Q Q Q Q Q Q Q          q:  Q Q Q Q Q Q Q Q
+            | | | | | | | |             └─┤ └─┤ └─┤ └─┤              └──┴──┴─┬┴──┴──┴──┘
+        kv: K K K K K K K K         kv:   K   K   K   K          kv:         K
+            V V V V V V V V               V   V   V   V                      V
+        H key/value heads           H_kv heads, each shared      one key/value head
+                                    by H / H_kv query heads      shared by all
+
+    Each head attends in a D_h = D / H dimensional subspace; the heads' outputs are concatenated and
+    mixed by ``o_proj``. Fewer key/value heads shrink ``k_proj``/``v_proj`` and the KV cache by H / H_kv.
+
+    Args:
+        d_model: model width D. n_heads: query heads H (D % H == 0).
+        n_kv_heads: key/value heads H_kv (default H; H % H_kv == 0).
+        bias: biases in the four projections. dropout: dropout on the attention weights (training only).
+        rope: a :class:`companion.positions.RotaryEmbedding` applied to queries and keys in self-attention.
+        use_sdpa: compute attention with ``torch.nn.functional.scaled_dot_product_attention`` (fast path;
+            falls back to the explicit path when weights are requested). Fully masked rows follow PyTorch.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        *,
+        bias: bool = True,
+        dropout: float = 0.0,
+        rope: RotaryEmbedding | None = None,
+        use_sdpa: bool = False,
+    ) -> None:
+        super().__init__()
+        check_positive_int("d_model", d_model)
+        check_positive_int("n_heads", n_heads)
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        check_positive_int("n_kv_heads", n_kv_heads)
+        check_divisible("d_model", d_model, "n_heads", n_heads)
+        check_divisible("n_heads", n_heads, "n_kv_heads", n_kv_heads)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout={dropout} is invalid; expected 0 <= dropout < 1")
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.head_dim = d_model // n_heads
+        self.dropout, self.rope, self.use_sdpa = dropout, rope, use_sdpa
+        self.q_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(n_heads * self.head_dim, d_model, bias=bias)
+
+    def _check_inputs(self, x: Tensor, context: Tensor | None, kv_cache: KVCache | None) -> None:
+        check_tensor("x", x, ndim=3)
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"x has last dimension {x.shape[-1]}, expected d_model={self.d_model}")
+        check_same_dtype_device(x=x, q_proj_weight=self.q_proj.weight)
+        if context is not None:
+            check_tensor("context", context, ndim=3)
+            if context.shape[-1] != self.d_model:
+                raise ValueError(f"context has last dim {context.shape[-1]}, expected d_model={self.d_model}")
+            if context.shape[0] != x.shape[0]:
+                raise ValueError(f"context has batch size {context.shape[0]} but x has {x.shape[0]}")
+            check_same_dtype_device(x=x, context=context)
+        if kv_cache is not None and not isinstance(kv_cache, KVCache):
+            raise TypeError(f"kv_cache must be a KVCache or None, got {type(kv_cache).__name__}")
+
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        mask: Tensor | None = None,
+        kv_cache: KVCache | None = None,
+        return_weights: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Self-attention over ``x``, or cross-attention from ``x`` to ``context`` if it is given.
+
+        ``mask`` is boolean (``True`` = may attend) or additive, broadcastable to (B, H, T, S), typically
+        (T, S) or (B, 1, 1, S). With ``kv_cache`` see :class:`KVCache` for what is stored and reused.
+
+        Shapes:
+            x: (B, T, D); context: (B, S, D); returns out (B, T, D), and weights (B, H, T, S).
+        """
+        self._check_inputs(x, context, kv_cache)
+        b, t, _ = x.shape
+        q = split_heads(self.q_proj(x), self.n_heads)  # (B, H, T, D_h)
+        if context is None:  # self-attention
+            k = split_heads(self.k_proj(x), self.n_kv_heads)  # (B, H_kv, T, D_h)
+            v = split_heads(self.v_proj(x), self.n_kv_heads)  # (B, H_kv, T, D_h)
+            if self.rope is not None:
+                offset = 0 if kv_cache is None else kv_cache.length
+                q, k = self.rope(q, offset), self.rope(k, offset)
+            if kv_cache is not None:
+                k, v = kv_cache.update(k, v)  # (B, H_kv, S, D_h)
+        elif kv_cache is not None and kv_cache.length > 0:  # cross-attention, encoder K/V already cached
+            k, v = kv_cache.k, kv_cache.v  # (B, H_kv, S, D_h)
+        else:  # cross-attention: keys and values come from the encoder output
+            k = split_heads(self.k_proj(context), self.n_kv_heads)  # (B, H_kv, S, D_h)
+            v = split_heads(self.v_proj(context), self.n_kv_heads)  # (B, H_kv, S, D_h)
+            if kv_cache is not None:
+                kv_cache.update(k, v)
+        n_rep = self.n_heads // self.n_kv_heads
+        dropout_p = self.dropout if self.training else 0.0
+        if self.use_sdpa and not return_weights:
+            if mask is not None:
+                _check_mask(mask, (b, self.n_heads, t, k.shape[-2]), q.device)
+                if mask.dtype != torch.bool:
+                    mask = mask.to(q.dtype)  # PyTorch wants a float mask in the query's dtype
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout_p, enable_gqa=n_rep > 1
+            )  # (B, H, T, D_h)
+            weights = None
+        else:
+            k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, S, D_h)
+            out, weights = scaled_dot_product_attention(q, k, v, mask, True, dropout_p=dropout_p)
+        out = merge_heads(out)  # (B, T, D)
+        out = self.o_proj(out)  # (B, T, D)
+        return (out, weights) if return_weights else out
