@@ -16,7 +16,7 @@ Shape legend, used in every docstring and every ``# (B, H, T, D_h)`` comment of 
 
 Modules, one concept each: ``tokens``, ``embeddings``, ``attention``, ``masks``, ``positions``,
 ``layers``, ``models``, ``generation``, ``training`` (which re-exports ``train_loop``, ``checkpoints`` and
-``translation``), ``scaling``, ``data``, ``plots``, ``exercises``; and ``scratch``, forward-only NumPy twins
+``translation``), ``scaling``, ``data``, ``plots``, ``timing``, ``exercises``; and ``scratch``, forward-only NumPy twins
 written to be read.
 
 Importing ``companion`` loads torch and numpy only: no Jupyter module, no matplotlib.
