@@ -1,4 +1,5 @@
-# The two commands of the README: `make book` and `make test`. Also `make lab`, `make notebooks`, `make bench`.
+# The two commands of the README: `make book` and `make test`. Also `make lab`, `make notebooks`, `make workbooks`,
+# `make bench`.
 # Every target first makes sure .venv exists and matches requirements.txt (reinstalled when it changes).
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -12,7 +13,7 @@ export TOKENIZERS_PARALLELISM := false
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: venv book test unit nbval booktest lab notebooks bench clean
+.PHONY: venv book test unit nbval booktest lab notebooks workbooks bench clean
 
 venv: $(STAMP)
 
@@ -39,14 +40,21 @@ nbval: $(STAMP)
 	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with book/nbval_sanitize.cfg \
 		-n 2 --dist loadfile -q $(NOTEBOOKS)
 
+# Works as root too (containers); bound to this machine only. Add LAB_ARGS=--no-browser on a headless box.
 lab: $(STAMP)
-	$(BIN)/jupyter lab book/
+	$(BIN)/jupyter lab --ip 127.0.0.1 --allow-root $(LAB_ARGS) book/
 
 # Re-execute every chapter in place, top to bottom, in a fresh kernel: the way stored outputs are refreshed.
 notebooks: $(STAMP)
 	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 		--ExecutePreprocessor.timeout=600 --ExecutePreprocessor.record_timing=False \
 		--ExecutePreprocessor.kernel_name=python3 $(if $(NB),$(NB),$(NOTEBOOKS))
+	$(BIN)/python scripts/nbtools.py metadata $(if $(NB),$(NB),$(NOTEBOOKS))
+	$(BIN)/python scripts/make_workbooks.py $(if $(NB),$(NB),$(NOTEBOOKS))
+
+# The exercise workbooks (workbooks/NN_*.ipynb): the chapters without their solutions.
+workbooks: $(STAMP)
+	$(BIN)/python scripts/make_workbooks.py
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b; done

@@ -1,11 +1,12 @@
 """Time ``companion.tokens.BPETokenizer.train`` against Hugging Face ``tokenizers``' BpeTrainer.
 
 Corpus: the running interpreter's standard-library ``.py`` files, in sorted path order, concatenated up to
-1 MB (offline and deterministic for a given Python). Both trainers use byte-level BPE with the GPT-2
-pre-split and the same target vocabulary, and run in this one process. Prints the time ratio
-(ours / tokenizers; target <= 5) and whether the two learned the same merges.
+1 MB (offline and deterministic for a given Python). Both trainers use byte-level BPE with the same
+pre-split (``--pattern``: gpt4, ``BPETokenizer.train``'s default, or gpt2) and the same target vocabulary,
+and run in this one process. Prints the time ratio (ours / tokenizers; target <= 5) and whether the two
+learned the same merges.
 
-    .venv/bin/python benchmarks/bench_bpe.py [--vocab-size 4096] [--megabytes 1.0]
+    .venv/bin/python benchmarks/bench_bpe.py [--vocab-size 4096] [--megabytes 1.0] [--pattern gpt4]
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sysconfig
 import time
 from pathlib import Path
 
-from companion.tokens import BPETokenizer
+from companion.tokens import GPT4_SPLIT_PATTERN, BPETokenizer
 
 
 def stdlib_corpus(n_bytes: int) -> str:
@@ -36,12 +37,18 @@ def stdlib_corpus(n_bytes: int) -> str:
     return "".join(parts).encode("utf-8")[:n_bytes].decode("utf-8", errors="ignore")
 
 
-def train_tokenizers(text: str, vocab_size: int) -> tuple[list[tuple[bytes, bytes]], float]:
+def train_tokenizers(text: str, vocab_size: int, pattern: str) -> tuple[list[tuple[bytes, bytes]], float]:
     """Train ``tokenizers``' byte-level BPE; return its merges as byte pairs and the seconds taken."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if pattern == "gpt2":  # ByteLevel's own regex is GPT-2's
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(GPT4_SPLIT_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False, special_tokens=[],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     start = time.perf_counter()
@@ -75,15 +82,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vocab-size", type=int, default=4096)
     parser.add_argument("--megabytes", type=float, default=1.0)
+    parser.add_argument("--pattern", choices=("gpt4", "gpt2"), default="gpt4", help="pre-split (default: gpt4)")
     args = parser.parse_args()
     text = stdlib_corpus(int(args.megabytes * 1_000_000))
     n_bytes = len(text.encode("utf-8"))
-    print(f"corpus: {n_bytes:,} bytes of standard-library source; vocab_size={args.vocab_size}")
+    print(f"corpus: {n_bytes:,} bytes of standard-library source; vocab_size={args.vocab_size}; "
+          f"pre-split {args.pattern}")
 
-    theirs, t_theirs = train_tokenizers(text, args.vocab_size)
+    theirs, t_theirs = train_tokenizers(text, args.vocab_size, args.pattern)
     ours = BPETokenizer()
     start = time.perf_counter()
-    ours.train(text, args.vocab_size, pattern="gpt2")
+    ours.train(text, args.vocab_size, pattern=args.pattern)
     t_ours = time.perf_counter() - start
 
     ours_bytes = [(ours.vocab[a], ours.vocab[b]) for a, b in ours.merges]

@@ -14,7 +14,8 @@ Shape legend, used in every docstring and every ``# (B, H, T, D_h)`` comment of 
     D_h   head width, D // H
     V     vocabulary size
 
-Modules, one concept each: ``tokens``, ``embeddings``, ``attention``, ``masks``, ``positions``,
+Modules, one concept each, imported on first use (``import companion; companion.models`` works):
+``tokens``, ``embeddings``, ``attention``, ``masks``, ``positions``,
 ``layers``, ``models``, ``generation``, ``training`` (which re-exports ``train_loop``, ``checkpoints`` and
 ``translation``), ``scaling``, ``data``, ``plots``, ``timing``, ``exercises``; and ``scratch``, forward-only NumPy twins
 written to be read.
@@ -24,20 +25,42 @@ Importing ``companion`` loads torch and numpy only: no Jupyter module, no matplo
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import pkgutil
 import random
+from typing import Any
 
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "seed_everything", "setup_notebook"]
 
 
+def __getattr__(name: str) -> Any:
+    """Import a submodule on first access (PEP 562): ``import companion; companion.models.GPT`` works,
+    while ``import companion`` alone still loads only what this file needs (no Jupyter, no matplotlib)."""
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")  # also binds it as an attribute of the package
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    submodules = [m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")]
+    return sorted({*globals(), *submodules})
+
+
 def seed_everything(seed: int = 0) -> None:
-    """Seed Python's, NumPy's and torch's random generators with ``seed``."""
+    """Seed Python's, NumPy's and torch's random generators with ``seed`` (an int in [0, 2**32)).
+
+    The range is NumPy's; it is checked before anything is seeded, so a bad seed changes no generator.
+    """
     import numpy as np
     import torch
 
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {seed!r}")
+    if not 0 <= seed < 2**32:
+        raise ValueError(f"seed={seed} is out of range; expected 0 <= seed < 2**32 (NumPy's limit)")
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)

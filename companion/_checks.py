@@ -6,6 +6,7 @@ the argument, the value received and what was expected. ``assert`` is kept for i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -66,3 +67,119 @@ def check_finite(name: str, x: Tensor) -> None:
     """Raise ``ValueError`` if ``x`` holds a NaN or an infinity."""
     if not torch.isfinite(x).all():
         raise ValueError(f"{name} contains NaN or infinite values; expected finite numbers")
+
+
+# --- scalars (issue 13: one rule per idea, used by every module) ----------------------------------
+
+
+def _is_real(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and not isinstance(value, complex)
+
+
+def check_bool(name: str, value: Any) -> None:
+    """Raise ``TypeError`` unless ``value`` is ``True`` or ``False`` (not ``'False'``, not 0)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {value!r} ({type(value).__name__})")
+
+
+def check_string(name: str, value: Any, *, allow_empty: bool = False) -> None:
+    """Raise ``TypeError`` unless ``value`` is a ``str``; ``ValueError`` if it is empty (unless allowed)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {value!r} ({type(value).__name__})")
+    if not allow_empty and not value:
+        raise ValueError(f"{name} is the empty string; expected at least one character")
+
+
+def check_number(name: str, value: Any) -> None:
+    """Raise ``TypeError`` unless ``value`` is a real number (int or float, not bool), ``ValueError`` unless finite."""
+    if not _is_real(value):
+        raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+    if not math.isfinite(value):
+        raise ValueError(f"{name}={value!r} is invalid; expected a finite number")
+
+
+def check_positive_float(name: str, value: Any, *, allow_zero: bool = False) -> None:
+    """Raise unless ``value`` is a finite number > 0 (or >= 0 with ``allow_zero``)."""
+    check_number(name, value)
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{name}={value!r} is invalid; expected a finite number {'>=' if allow_zero else '>'} 0")
+
+
+def check_probability(name: str, value: Any, *, allow_zero: bool = True, allow_one: bool = True) -> None:
+    """Raise unless ``value`` is a number in [0, 1]; ``allow_zero``/``allow_one`` open either end."""
+    check_number(name, value)
+    low_ok = value > 0 or (value == 0 and allow_zero)
+    high_ok = value < 1 or (value == 1 and allow_one)
+    if not (low_ok and high_ok):
+        interval = f"{'[' if allow_zero else '('}0, 1{']' if allow_one else ')'}"
+        raise ValueError(f"{name}={value!r} is invalid; expected a probability in {interval}")
+
+
+def check_dropout(name: str, value: Any) -> None:
+    """Raise unless ``value`` is a dropout probability in [0, 1) (1 would drop everything)."""
+    check_probability(name, value, allow_one=False)
+
+
+# --- tensors of token ids and masks ------------------------------------------------------------------
+
+ID_DTYPES = (torch.int16, torch.int32, torch.int64)  # the integer dtypes accepted as token ids
+
+
+def check_token_ids(
+    name: str, ids: Any, *, ndim: int | tuple[int, ...] | None = None, vocab_size: int | None = None
+) -> None:
+    """One rule for token ids: a non-empty int16/int32/int64 tensor, each id in ``[0, vocab_size)``.
+
+    The range check reads the minimum and maximum back to the host (a device sync on an accelerator):
+    call it once at an API boundary (a prompt), not inside a decoding step.
+    """
+    check_tensor(name, ids, ndim)
+    if ids.dtype not in ID_DTYPES:
+        raise TypeError(f"{name} must hold integer token ids (int16, int32 or int64), got dtype {ids.dtype}")
+    if ids.numel() == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(ids.shape)}); expected at least one token id")
+    if vocab_size is not None:
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(f"token id {bad} in {name} is out of range; expected 0 <= id < vocab_size={vocab_size}")
+
+
+def check_token_id(name: str, value: Any, vocab_size: int | None = None) -> None:
+    """One token id given as a Python int, optionally in ``[0, vocab_size)``."""
+    check_positive_int(name, value, allow_zero=True)
+    if vocab_size is not None and value >= vocab_size:
+        raise ValueError(f"{name}={value} is outside the vocabulary; expected 0 <= {name} < vocab_size={vocab_size}")
+
+
+def check_mask(name: str, mask: Any, scores_shape: tuple[int, ...], device: torch.device) -> None:
+    """An attention mask: bool (True = may attend) or additive float without NaN or +inf, broadcastable
+    to ``scores_shape`` and on ``device``.
+
+    The NaN / +inf scan runs for masks in CPU memory only: on an accelerator it would cost a device sync
+    on every attention call (masks built by :mod:`companion.masks` are checked where they are built).
+    """
+    check_tensor(name, mask)
+    if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
+        raise TypeError(f"{name} must be bool (True = may attend) or additive float, got dtype {mask.dtype}")
+    if mask.device != device:
+        raise ValueError(f"{name} is on {mask.device} but q is on {device}; expected one device")
+    ok = mask.dim() <= len(scores_shape)
+    if ok:
+        try:
+            ok = torch.broadcast_shapes(mask.shape, scores_shape) == torch.Size(scores_shape)
+        except RuntimeError:
+            ok = False
+    if not ok:
+        raise ValueError(
+            f"{name} has shape {tuple(mask.shape)}, which does not broadcast to the scores shape "
+            f"(..., T, S) = {tuple(scores_shape)}"
+        )
+    if mask.dtype != torch.bool and mask.device.type == "cpu":
+        check_additive_mask(name, mask)
+
+
+def check_additive_mask(name: str, mask: Tensor) -> None:
+    """Raise ``ValueError`` if a float mask holds NaN or +inf (only 0 / finite biases / -inf make sense)."""
+    if bool(torch.isnan(mask).any()) or bool((mask == float("inf")).any()):
+        raise ValueError(f"{name} holds NaN or +inf; expected an additive mask of finite values and -inf")

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from companion._checks import check_positive_int, check_tensor
+from companion._checks import check_bool, check_positive_int, check_token_ids
 
 __all__ = ["TokenEmbedding", "tie_weights"]
 
@@ -36,6 +36,7 @@ class TokenEmbedding(nn.Module):
         super().__init__()
         check_positive_int("vocab_size", vocab_size)
         check_positive_int("d_model", d_model)
+        check_bool("scale", scale)
         if padding_idx is not None:
             check_positive_int("padding_idx", padding_idx, allow_zero=True)
             if padding_idx >= vocab_size:
@@ -58,13 +59,9 @@ class TokenEmbedding(nn.Module):
         Shapes:
             ids: (B, T) or (T,) integer ids in [0, V) -> (B, T, D) or (T, D)
         """
-        check_tensor("ids", ids, ndim=(1, 2))
-        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-            raise TypeError(f"ids must hold integer token ids, got dtype {ids.dtype}")
-        low, high = int(ids.min()), int(ids.max())
-        if low < 0 or high >= self.vocab_size:
-            bad = low if low < 0 else high
-            raise ValueError(f"token id {bad} is out of range; expected 0 <= id < {self.vocab_size}")
+        check_token_ids("ids", ids, ndim=(1, 2), vocab_size=self.vocab_size)
+        if ids.dtype == torch.int16:
+            ids = ids.long()  # F.embedding takes int32 or int64 indices
         out = F.embedding(ids, self.weight, padding_idx=self.padding_idx)  # (B, T, D)
         return out * math.sqrt(self.d_model) if self.scale else out
 

@@ -5,23 +5,126 @@ A decoder turns the last position's logits (V scores) into the next token, appen
 prompt is run once and every later step feeds only the new token; without it the whole sequence is
 recomputed every step. Both paths give the same tokens (tests/test_generation.py).
 
+**What a model must offer** (:class:`Decodable`): ``model(ids, kv_caches=caches) -> (B, T, V)``
+logits, ``model.new_kv_caches()`` (a list of per-layer caches, each with ``length`` and
+``reorder(index)``), and ``model.config.max_seq_len`` (``config.vocab_size`` too, if it has one, is used
+to check ``eos_id`` and the prompt). ``companion.models.GPT`` fits as is; :mod:`companion.adapters` makes
+the rest fit: an encoder–decoder with its source fixed (``ConditionedDecoder``, used by :func:`translate`),
+a plain logits function (``FunctionModel``) and a bigram table (``BigramModel``).
+
 References: Holtzman et al. 2020, "The Curious Case of Neural Text Degeneration" (top-p); Fan et al.
 2018 (top-k); Wu et al. 2016, GNMT (beam search with a length penalty). The filters follow the
 behaviour of Hugging Face ``TopKLogitsWarper`` / ``TopPLogitsWarper``: ties at the k-th logit are
 kept, and top-p keeps the smallest set of most likely tokens whose probabilities reach ``p``.
-
-Models: anything with ``forward(ids, kv_caches=None) -> (B, T, V)``, ``new_kv_caches()`` and
-``config.max_seq_len`` (``companion.models.GPT``); ``translate`` takes a ``companion.models.Transformer``.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol, runtime_checkable
+
 import torch
 from torch import Tensor, nn
 
-from companion._checks import check_positive_int, check_tensor
+from companion._checks import (
+    check_bool,
+    check_number,
+    check_positive_float,
+    check_positive_int,
+    check_probability,
+    check_token_id,
+    check_token_ids,
+)
+from companion._renames import renamed
 
-__all__ = ["apply_temperature", "beam_search", "generate", "top_k_filter", "top_p_filter", "translate"]
+__all__ = [
+    "Decodable",
+    "apply_temperature",
+    "beam_search",
+    "eval_mode",
+    "generate",
+    "top_k_filter",
+    "top_p_filter",
+    "translate",
+]
+
+
+# --- the interface a decodable model offers ------------------------------------------------------
+
+
+@runtime_checkable
+class Decodable(Protocol):
+    """What :func:`generate` and :func:`beam_search` need from a model.
+
+    - ``config.max_seq_len``: the longest sequence (prompt + new tokens) it accepts; ``config.vocab_size``
+      is optional and, when present, lets the prompt and ``eos_id`` be checked before decoding starts.
+    - ``__call__(ids, kv_caches=None) -> logits``: ids (B, T) -> (B, T, V). With ``kv_caches`` (from
+      ``new_kv_caches``) ``ids`` holds only the new tokens; the caches hold what came before.
+    - ``new_kv_caches() -> list``: fresh, empty caches, one object per layer; each has a ``length``
+      (positions held) and ``reorder(index)`` (keep batch rows ``index``, for beam search).
+
+    ``companion.models.GPT`` is one; the adapters of :mod:`companion.adapters` turn an encoder–decoder,
+    a logits function or a bigram table into one. ``isinstance(model, Decodable)`` checks that the names
+    exist (not their signatures).
+    """
+
+    config: Any
+
+    def __call__(self, ids: Tensor, kv_caches: list[Any] | None = None) -> Tensor: ...
+
+    def new_kv_caches(self) -> list[Any]: ...
+
+
+def _check_decodable(model: Any, *, use_cache: bool, who: str) -> int:
+    """Raise ``TypeError`` naming what ``model`` lacks; return ``model.config.max_seq_len``."""
+    if not callable(model):
+        raise TypeError(f"{who}: model must be callable (ids -> logits), got {type(model).__name__}")
+    max_seq_len = getattr(getattr(model, "config", None), "max_seq_len", None)
+    if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int):
+        raise TypeError(
+            f"{who}: model.config.max_seq_len must be an int, got {max_seq_len!r}; the model needs a config "
+            "(companion.adapters.DecodingConfig) saying how long a sequence it accepts"
+        )
+    if use_cache:
+        if not callable(getattr(model, "new_kv_caches", None)):
+            raise TypeError(
+                f"{who}: model {type(model).__name__} has no new_kv_caches(); pass use_cache=False, or wrap it "
+                "(companion.adapters: ConditionedDecoder, FunctionModel, BigramModel)"
+            )
+        forward = model.forward if isinstance(model, nn.Module) else model
+        try:
+            params = inspect.signature(forward).parameters
+        except (TypeError, ValueError):  # a builtin without a signature: let the call decide
+            params = None
+        if params is not None and "kv_caches" not in params and not any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
+        ):
+            raise TypeError(f"{who}: model {type(model).__name__}'s forward takes no kv_caches argument; "
+                            "pass use_cache=False, or see companion.generation.Decodable")
+    return max_seq_len
+
+
+def _vocab_size(model: Any) -> int | None:
+    v = getattr(model.config, "vocab_size", None)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+@contextmanager
+def eval_mode(model: Any) -> Iterator[Any]:
+    """Put ``model`` (and every submodule) in eval mode inside the ``with`` block; restore each module's
+    own mode afterwards, also when the block raises. Objects that are not ``nn.Module`` pass through."""
+    if not isinstance(model, nn.Module):
+        yield model
+        return
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield model
+    finally:
+        for m, training in modes:
+            m.training = training
 
 
 # --- pure helpers on logits (..., V) -------------------------------------------------------------
@@ -32,8 +135,7 @@ def apply_temperature(logits: Tensor, temperature: float) -> Tensor:
 
     Shapes: logits (..., V) -> (..., V).
     """
-    if not temperature > 0:
-        raise ValueError(f"temperature={temperature} is invalid; expected > 0 (use greedy=True for argmax)")
+    check_positive_float("temperature", temperature)
     return logits / temperature
 
 
@@ -55,8 +157,7 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
 
     Shapes: logits (..., V) -> (..., V).
     """
-    if not 0.0 < p <= 1.0:
-        raise ValueError(f"top_p={p} is invalid; expected 0 < top_p <= 1")
+    check_probability("top_p", p, allow_zero=False)
     if p == 1.0:  # everything; also spares the last tokens from a cumulative sum that rounds past 1
         return logits
     sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (..., V)
@@ -68,12 +169,13 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
 
 
 def _check_sampling(temperature: float, top_k: int | None, top_p: float | None, greedy: bool) -> None:
-    if not greedy and not temperature > 0:
-        raise ValueError(f"temperature={temperature} is invalid while sampling; expected > 0 (or greedy=True)")
+    check_bool("greedy", greedy)
+    if not greedy:
+        check_positive_float("temperature", temperature)
     if top_k is not None:
         check_positive_int("top_k", top_k)
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p={top_p} is invalid; expected 0 < top_p <= 1")
+    if top_p is not None:
+        check_probability("top_p", top_p, allow_zero=False)
 
 
 def _pick(
@@ -97,10 +199,8 @@ def _pick(
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
 
 
-def _check_prompt(ids: Tensor, max_new_tokens: int, max_seq_len: int) -> None:
-    check_tensor("ids", ids, ndim=2)
-    if ids.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"ids must hold integer token ids, got dtype {ids.dtype}")
+def _check_prompt(ids: Tensor, max_new_tokens: int, max_seq_len: int, vocab_size: int | None) -> None:
+    check_token_ids("ids", ids, ndim=2, vocab_size=vocab_size)  # once, before decoding: one read-back
     check_positive_int("max_new_tokens", max_new_tokens, allow_zero=True)
     if ids.size(1) > max_seq_len:
         raise ValueError(f"prompt length {ids.size(1)} exceeds the model's max_seq_len={max_seq_len}")
@@ -109,6 +209,20 @@ def _check_prompt(ids: Tensor, max_new_tokens: int, max_seq_len: int) -> None:
             f"prompt length {ids.size(1)} + max_new_tokens={max_new_tokens} = {ids.size(1) + max_new_tokens} "
             f"exceeds the model's max_seq_len={max_seq_len}"
         )
+
+
+def _check_eos(eos_id: int | None, vocab_size: int | None) -> None:
+    if eos_id is not None:
+        check_token_id("eos_id", eos_id, vocab_size)
+
+
+def _check_logits(logits: Tensor, batch: int, eos_id: int | None) -> None:
+    """Once, on the first step: the model returned (B, T, V) logits, and ``eos_id`` is one of the V."""
+    if not isinstance(logits, Tensor) or logits.dim() != 3 or logits.size(0) != batch:
+        got = tuple(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__
+        raise ValueError(f"model returned logits of shape {got}; expected (B={batch}, T, V)")
+    if eos_id is not None and eos_id >= logits.size(-1):
+        raise ValueError(f"eos_id={eos_id} is outside the vocabulary; expected 0 <= eos_id < V={logits.size(-1)}")
 
 
 def _make_generator(generator: torch.Generator | int | None, device: torch.device) -> torch.Generator | None:
@@ -124,7 +238,7 @@ def _make_generator(generator: torch.Generator | int | None, device: torch.devic
 
 @torch.no_grad()
 def generate(
-    model: nn.Module,
+    model: Decodable,
     ids: Tensor,
     max_new_tokens: int,
     *,
@@ -139,8 +253,9 @@ def generate(
     """Continue each prompt of ``ids`` by up to ``max_new_tokens`` tokens.
 
     Args:
-        model: a decoder-only model (``companion.models.GPT``); put in eval mode while generating.
-        ids: prompt token ids.
+        model: a :class:`Decodable` model (``companion.models.GPT``, or an adapter from
+            :mod:`companion.adapters`); in eval mode while generating, its own mode restored afterwards.
+        ids: prompt token ids (int16, int32 or int64).
         max_new_tokens: how many tokens to append (prompt + new tokens must fit ``max_seq_len``).
         temperature: logits are divided by it before sampling (ignored when ``greedy``).
         top_k: sample only among the ``top_k`` most likely tokens.
@@ -152,44 +267,53 @@ def generate(
         generator: a ``torch.Generator`` or an int seed for reproducible sampling.
 
     Returns:
-        the prompts followed by the new tokens.
+        the prompts followed by the new tokens, as int64.
 
     Raises:
+        TypeError: a model without the :class:`Decodable` interface, ids that are not integer.
         ValueError: empty prompt, prompt (plus new tokens) longer than ``max_seq_len``, temperature <= 0
-            while sampling, ``top_k < 1``, ``top_p`` outside (0, 1].
+            while sampling, ``top_k < 1``, ``top_p`` outside (0, 1], ``eos_id`` outside the vocabulary.
 
     Shapes: ids (B, T) -> (B, T + n) with n <= max_new_tokens.
     """
+    max_seq_len = _check_decodable(model, use_cache=use_cache, who="generate")
+    check_bool("use_cache", use_cache)
     _check_sampling(temperature, top_k, top_p, greedy)
-    _check_prompt(ids, max_new_tokens, model.config.max_seq_len)
+    vocab_size = _vocab_size(model)
+    _check_prompt(ids, max_new_tokens, max_seq_len, vocab_size)
+    _check_eos(eos_id, vocab_size)
     gen = _make_generator(generator, ids.device)
-    was_training = model.training
-    model.eval()
-    caches = model.new_kv_caches() if use_cache else None
+    ids = ids.long()
     out, step_input = ids, ids
     finished = torch.zeros(ids.size(0), dtype=torch.bool, device=ids.device)  # (B,)
-    for _ in range(max_new_tokens):
-        logits = model(step_input, kv_caches=caches)[:, -1, :]  # (B, V): only the last position predicts
-        next_id = _pick(logits, temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy, generator=gen)
-        if eos_id is not None:
-            next_id = next_id.masked_fill(finished, eos_id)
-            finished |= next_id == eos_id
-        out = torch.cat([out, next_id[:, None]], dim=1)  # (B, T + 1)
-        step_input = next_id[:, None] if use_cache else out  # with a cache, only the new token goes in
-        if eos_id is not None and bool(finished.all()):
-            break
-    model.train(was_training)
+    with eval_mode(model):
+        caches = model.new_kv_caches() if use_cache else None
+        for step in range(max_new_tokens):
+            logits = model(step_input, kv_caches=caches) if use_cache else model(step_input)  # (B, T, V)
+            if step == 0:
+                _check_logits(logits, ids.size(0), eos_id)
+            logits = logits[:, -1, :]  # (B, V): only the last position predicts
+            next_id = _pick(logits, temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy, generator=gen)
+            if eos_id is not None:
+                next_id = next_id.masked_fill(finished, eos_id)
+                finished |= next_id == eos_id
+            out = torch.cat([out, next_id[:, None]], dim=1)  # (B, T + 1)
+            step_input = next_id[:, None] if use_cache else out  # with a cache, only the new token goes in
+            if eos_id is not None and bool(finished.all()):
+                break
     return out
 
 
 @torch.no_grad()
 def beam_search(
-    model: nn.Module,
+    model: Decodable,
     ids: Tensor,
     beam_width: int,
     max_new_tokens: int,
     length_penalty: float = 1.0,
     eos_id: int | None = None,
+    *,
+    use_cache: bool = True,
 ) -> Tensor:
     """Keep the ``beam_width`` most likely continuations; return the best one.
 
@@ -198,17 +322,25 @@ def beam_search(
     end with ``eos_id`` are set aside as finished. The search stops when ``beam_width`` hypotheses are
     finished or after ``max_new_tokens`` steps. Finished hypotheses are ranked by
     ``sum log p / n_new ** length_penalty`` (GNMT-style; 0 = no normalisation, > 0 favours longer
-    outputs). With ``beam_width=1`` this is greedy decoding. Beams are recomputed in full each step
-    (no KV cache) to keep the bookkeeping readable.
+    outputs). With ``beam_width=1`` this is greedy decoding.
+
+    With ``use_cache`` the beams share one KV cache: after each step every layer's cache keeps the rows
+    of the surviving beams (``cache.reorder(parents)``, a beam that has two children appears twice) and
+    only the new tokens are fed. Without it every beam is recomputed in full; both give the same result
+    (tests/test_generation.py).
 
     Shapes: ids (1, T) -> (1, T + n) with n <= max_new_tokens.
     """
+    max_seq_len = _check_decodable(model, use_cache=use_cache, who="beam_search")
+    check_bool("use_cache", use_cache)
     check_positive_int("beam_width", beam_width)
-    _check_prompt(ids, max_new_tokens, model.config.max_seq_len)
+    check_number("length_penalty", length_penalty)
+    vocab_size = _vocab_size(model)
+    _check_prompt(ids, max_new_tokens, max_seq_len, vocab_size)
+    _check_eos(eos_id, vocab_size)
     if ids.size(0) != 1:
         raise ValueError(f"beam_search takes one prompt, got ids of shape {tuple(ids.shape)}; expected (1, T)")
-    was_training = model.training
-    model.eval()
+    ids = ids.long()
     prompt_len = ids.size(1)
     beams, scores = ids, torch.zeros(1, device=ids.device)  # (K, T), (K,)
     finished: list[tuple[float, Tensor]] = []
@@ -216,28 +348,43 @@ def beam_search(
     def normalised(score: float, seq_len: int) -> float:
         return score / max(seq_len - prompt_len, 1) ** length_penalty
 
-    for _ in range(max_new_tokens):
-        logp = torch.log_softmax(model(beams)[:, -1, :].float(), dim=-1)  # (K, V)
-        vocab = logp.size(-1)
-        candidates = (scores[:, None] + logp).flatten()  # (K * V,)
-        top = torch.topk(candidates, min(2 * beam_width, candidates.numel()))
-        new_beams, new_scores = [], []
-        for score, flat in zip(top.values.tolist(), top.indices.tolist()):
-            beam, token = divmod(flat, vocab)
-            seq = torch.cat([beams[beam], beams.new_tensor([token])])  # (T + 1,)
-            if eos_id is not None and token == eos_id:
-                finished.append((normalised(score, seq.numel()), seq))
-            else:
-                new_beams.append(seq)
-                new_scores.append(score)
-            if len(new_beams) == beam_width:
+    with eval_mode(model):
+        caches = model.new_kv_caches() if use_cache else None
+        step_input = ids
+        for step in range(max_new_tokens):
+            logits = model(step_input, kv_caches=caches) if use_cache else model(beams)  # (K, T, V)
+            if step == 0:
+                _check_logits(logits, beams.size(0), eos_id)
+            logp = torch.log_softmax(logits[:, -1, :].float(), dim=-1)  # (K, V)
+            vocab = logp.size(-1)
+            candidates = (scores[:, None] + logp).flatten()  # (K * V,)
+            top = torch.topk(candidates, min(2 * beam_width, candidates.numel()))
+            parents, tokens, new_scores = [], [], []
+            for score, flat in zip(top.values.tolist(), top.indices.tolist()):
+                beam, token = divmod(flat, vocab)
+                if eos_id is not None and token == eos_id:
+                    seq = torch.cat([beams[beam], beams.new_tensor([token])])  # (T + 1,)
+                    finished.append((normalised(score, seq.numel()), seq))
+                else:
+                    parents.append(beam)
+                    tokens.append(token)
+                    new_scores.append(score)
+                if len(parents) == beam_width:
+                    break
+            if not parents:  # every candidate ended: nothing left to extend
+                beams = beams[:0]
                 break
-        beams, scores = torch.stack(new_beams), scores.new_tensor(new_scores)  # (K, T + 1), (K,)
-        if len(finished) >= beam_width:
-            break
+            index = torch.tensor(parents, device=ids.device)  # (K_new,): the beam each survivor extends
+            beams = torch.cat([beams[index], beams.new_tensor(tokens)[:, None]], dim=1)  # (K_new, T + 1)
+            scores = scores.new_tensor(new_scores)  # (K_new,)
+            if len(finished) >= beam_width:
+                break
+            if use_cache and step + 1 < max_new_tokens:
+                for cache in caches:
+                    cache.reorder(index)  # each layer keeps the rows of the surviving beams' parents
+                step_input = beams[:, -1:]  # (K_new, 1): only the new tokens go in
     if len(finished) < beam_width:  # not enough finished hypotheses: live beams compete too
         finished += [(normalised(s, b.numel()), b) for s, b in zip(scores.tolist(), beams)]
-    model.train(was_training)
     best = max(finished, key=lambda pair: pair[0])[1]
     return best[None, :]
 
@@ -245,46 +392,33 @@ def beam_search(
 # --- encoder-decoder translation -----------------------------------------------------------------
 
 
+@renamed(max_len="max_new_tokens")
 @torch.no_grad()
 def translate(
     model: nn.Module,
     src: Tensor,
     bos_id: int,
     eos_id: int,
-    max_len: int,
+    max_new_tokens: int,
     *,
     src_pad_id: int | None = None,
     use_cache: bool = True,
 ) -> Tensor:
     """Greedy translation with an encoder-decoder ``Transformer``: encode once, decode token by token.
 
-    The encoder runs once and its output H is handed to every decoder layer's cross-attention. With
-    ``use_cache`` each step feeds only the newest target token: self-attention keys/values of earlier
-    target tokens and the cross-attention keys/values of H come from the caches.
+    The source is encoded once by :class:`companion.adapters.ConditionedDecoder`, which makes the
+    encoder–decoder a :class:`Decodable` model, and :func:`generate` decodes it greedily from ``bos_id``.
+    With ``use_cache`` each step feeds only the newest target token: the self-attention keys/values of
+    earlier target tokens and the cross-attention keys/values of H (projected on the first step) come
+    from the caches. ``max_new_tokens`` was called ``max_len`` (still accepted).
 
-    Shapes: src (B, S) -> (B, 1 + n): ``bos_id`` followed by n <= max_len tokens; rows that finished
-    early are padded with ``eos_id``.
+    Shapes: src (B, S) -> (B, 1 + n): ``bos_id`` followed by n <= max_new_tokens tokens; rows that
+    finished early are padded with ``eos_id``.
     """
-    from companion.masks import padding_mask
+    from companion.adapters import ConditionedDecoder
 
-    check_tensor("src", src, ndim=2)
-    check_positive_int("max_len", max_len)
-    if max_len + 1 > model.config.max_seq_len:
-        raise ValueError(f"max_len={max_len} plus the start token exceeds max_seq_len={model.config.max_seq_len}")
-    was_training = model.training
-    model.eval()
-    src_mask = padding_mask(src, src_pad_id) if src_pad_id is not None else None  # (B, 1, 1, S)
-    memory = model.encode(src, src_mask)  # (B, S, D): computed once
-    caches = model.new_kv_caches() if use_cache else None
-    out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
-    finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
-    for _ in range(max_len):
-        step_input = out[:, -1:] if use_cache else out
-        logits = model.decode(step_input, memory, memory_mask=src_mask, kv_caches=caches)[:, -1, :]  # (B, V)
-        next_id = logits.argmax(dim=-1).masked_fill(finished, eos_id)  # (B,)
-        finished |= next_id == eos_id
-        out = torch.cat([out, next_id[:, None]], dim=1)  # (B, t + 1)
-        if bool(finished.all()):
-            break
-    model.train(was_training)
-    return out
+    decoder = ConditionedDecoder(model, src, src_pad_id=src_pad_id)  # checks model, src; encodes once
+    check_token_id("bos_id", bos_id, decoder.config.vocab_size)
+    check_token_id("eos_id", eos_id, decoder.config.vocab_size)
+    start = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
+    return generate(decoder, start, max_new_tokens, greedy=True, eos_id=eos_id, use_cache=use_cache)

@@ -19,9 +19,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from companion._checks import check_choice, check_positive_int, check_tensor
+from companion._checks import (
+    check_bool,
+    check_choice,
+    check_dropout,
+    check_positive_float,
+    check_positive_int,
+    check_tensor,
+)
 
 __all__ = [
+    "ACTIVATIONS",
+    "FFN_ACTIVATIONS",
+    "NORMS",
+    "PLACEMENTS",
     "FeedForward",
     "LayerNorm",
     "RMSNorm",
@@ -31,23 +42,17 @@ __all__ = [
     "make_norm",
 ]
 
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+FFN_ACTIVATIONS = ("relu", "gelu", "gelu_tanh")  # FeedForward's nonlinearities
+ACTIVATIONS = (*FFN_ACTIVATIONS, "swiglu")  # everything make_ffn (and ModelConfig.activation) accepts
 NORMS = ("layernorm", "rmsnorm")
+PLACEMENTS = ("post", "pre")  # where ResidualBlock puts the norm
 DEFAULT_EPS = {"layernorm": 1e-5, "rmsnorm": 1e-6}  # torch.nn.LayerNorm's and Llama's defaults
-
-
-def _check_dropout(dropout: float) -> None:
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout={dropout!r} is invalid; expected a number in [0, 1)")
-
-
-def _check_eps(eps: float) -> None:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
-        raise ValueError(f"eps={eps!r} is invalid; expected a positive number")
 
 
 def _check_input(x: Tensor, d_model: int) -> None:
     check_tensor("x", x)
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point tensor, got dtype {x.dtype} (convert with .float())")
     if x.shape[-1] != d_model:
         raise ValueError(f"x.shape[-1]={x.shape[-1]} does not match d_model={d_model} (x: {tuple(x.shape)})")
 
@@ -64,8 +69,9 @@ class FeedForward(nn.Module):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("d_ff", d_ff)
-        check_choice("activation", activation, ACTIVATIONS)
-        _check_dropout(dropout)
+        check_choice("activation", activation, FFN_ACTIVATIONS)
+        check_bool("bias", bias)
+        check_dropout("dropout", dropout)
         self.d_model, self.activation = d_model, activation
         self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
         self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
@@ -93,7 +99,8 @@ class SwiGLU(nn.Module):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("d_ff", d_ff)
-        _check_dropout(dropout)
+        check_bool("bias", bias)
+        check_dropout("dropout", dropout)
         self.d_model = d_model
         self.gate_proj = nn.Linear(d_model, d_ff, bias=bias)
         self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
@@ -115,7 +122,8 @@ class LayerNorm(nn.Module):
     def __init__(self, d_model: int, eps: float = 1e-5, *, bias: bool = True) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
-        _check_eps(eps)
+        check_positive_float("eps", eps)
+        check_bool("bias", bias)
         self.d_model, self.eps = d_model, eps
         self.weight = nn.Parameter(torch.ones(d_model))
         self.bias = nn.Parameter(torch.zeros(d_model)) if bias else None
@@ -146,7 +154,7 @@ class RMSNorm(nn.Module):
     def __init__(self, d_model: int, eps: float = 1e-6) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
-        _check_eps(eps)
+        check_positive_float("eps", eps)
         self.d_model, self.eps = d_model, eps
         self.weight = nn.Parameter(torch.ones(d_model))
 
@@ -173,7 +181,7 @@ def make_ffn(
     activation: str, d_model: int, d_ff: int, *, bias: bool = True, dropout: float = 0.0
 ) -> nn.Module:
     """``SwiGLU`` for "swiglu", else ``FeedForward`` with that activation ("relu", "gelu", "gelu_tanh")."""
-    check_choice("activation", activation, (*ACTIVATIONS, "swiglu"))
+    check_choice("activation", activation, ACTIVATIONS)
     if activation == "swiglu":
         return SwiGLU(d_model, d_ff, bias=bias, dropout=dropout)
     return FeedForward(d_model, d_ff, activation, bias=bias, dropout=dropout)
@@ -199,8 +207,8 @@ class ResidualBlock(nn.Module):
         eps: float | None = None,
     ) -> None:
         super().__init__()
-        check_choice("placement", placement, ("pre", "post"))
-        _check_dropout(dropout)
+        check_choice("placement", placement, PLACEMENTS)
+        check_dropout("dropout", dropout)
         self.placement = placement
         self.norm = make_norm(norm, d_model, eps)
         self.dropout = nn.Dropout(dropout)
@@ -210,8 +218,19 @@ class ResidualBlock(nn.Module):
         if not callable(sublayer):
             raise TypeError(f"sublayer must be callable (module or function), got {type(sublayer).__name__}")
         if self.placement == "pre":
-            return x + self.dropout(sublayer(self.norm(x)))
-        return self.norm(x + self.dropout(sublayer(x)))
+            out = sublayer(self.norm(x))
+            _check_same_shape(x, out)
+            return x + self.dropout(out)
+        out = sublayer(x)
+        _check_same_shape(x, out)
+        return self.norm(x + self.dropout(out))
 
     def extra_repr(self) -> str:
         return f"placement={self.placement!r}"
+
+
+def _check_same_shape(x: Tensor, out: Tensor) -> None:
+    if not isinstance(out, Tensor) or out.shape != x.shape:
+        got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+        raise ValueError(f"sublayer returned {got} for an input of shape {tuple(x.shape)}; expected the same shape "
+                         "(a residual connection adds the two)")

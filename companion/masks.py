@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from companion._checks import check_positive_int, check_tensor
+from companion._checks import check_positive_int, check_tensor, check_token_ids
 
 __all__ = ["causal_mask", "combine_masks", "padding_mask", "sliding_window_mask", "to_additive"]
 
@@ -123,9 +123,7 @@ def padding_mask(
     Shapes:
         ids: (B, S) integer token ids; returns (B, 1, 1, S).
     """
-    check_tensor("ids", ids, ndim=2)
-    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-        raise TypeError(f"ids must hold integer token ids, got dtype {ids.dtype}")
+    check_token_ids("ids", ids, ndim=2)
     if isinstance(pad_id, bool) or not isinstance(pad_id, int):
         raise TypeError(f"pad_id must be an int, got {pad_id!r} ({type(pad_id).__name__})")
     keep = (ids != pad_id)[:, None, None, :]  # (B, 1, 1, S)

@@ -27,10 +27,11 @@ import numpy as np
 import torch
 
 from companion._checks import check_choice, check_positive_int
+from companion._renames import renamed
 
 __all__ = [
     "count_parameters", "training_flops", "forward_flops_per_token", "kv_cache_bytes", "PowerLawFit",
-    "fit_power_law", "scaling_sweep",
+    "fit_power_law", "scaling_sweep", "compute_optimal_split",
 ]
 
 FAMILIES = ("gpt", "transformer", "encoder")
@@ -45,7 +46,7 @@ def _linear(d_in: int, d_out: int, bias: bool) -> int:
 
 
 def _attention_params(config: Any) -> int:
-    d, d_q, d_kv = config.d_model, config.n_heads * config.head_dim, config.kv_heads * config.head_dim
+    d, d_q, d_kv = config.d_model, config.n_heads * config.head_dim, config.n_kv_heads * config.head_dim
     b = config.bias
     return _linear(d, d_q, b) + 2 * _linear(d, d_kv, b) + _linear(d_q, d, b)  # q, k, v, o projections
 
@@ -76,7 +77,7 @@ def count_parameters(config: Any, family: str = "gpt", *, embeddings: bool = Tru
         return total + config.n_layers * self_layer + final + output
     if family == "transformer":
         cross_layer = self_layer + _attention_params(config) + norm  # + cross-attention and its residual norm
-        return total + config.encoder_layers * self_layer + config.decoder_layers * cross_layer + 2 * final + output
+        return total + config.n_encoder_layers * self_layer + config.n_decoder_layers * cross_layer + 2 * final + output
     mlm_head = _linear(d, d, True) + norm + v  # dense + norm + output bias of BERT's MLM head
     return total + config.n_layers * self_layer + final + mlm_head + output
 
@@ -86,6 +87,30 @@ def training_flops(n_params: float, n_tokens: float) -> float:
     if n_params <= 0 or n_tokens <= 0:
         raise ValueError(f"n_params={n_params} and n_tokens={n_tokens} must both be positive")
     return 6.0 * n_params * n_tokens
+
+
+def compute_optimal_split(compute: float, A: float, B: float, alpha: float, beta: float) -> tuple[float, float]:
+    """Parameters N and tokens D that minimise L(N, D) = E + A·N^(−alpha) + B·D^(−beta) under C = 6·N·D.
+
+    Put D = C / (6N) into L and set dL/dN = 0 (Hoffmann et al. 2022, eq. 4):
+    N_opt = G·(C/6)^(beta/(alpha+beta)), D_opt = (C/6)^(alpha/(alpha+beta)) / G, with
+    G = (alpha·A / (beta·B))^(1/(alpha+beta)). The floor E does not move the optimum, so it is not an
+    argument. With Chinchilla's rounded fit (A 406.4, B 410.7, alpha 0.34, beta 0.28) and GPT-3's
+    3.15e23 FLOPs this gives about 87 tokens per parameter (tests/test_scaling_optimal.py).
+
+    Returns:
+        (n_params, n_tokens), with 6 · n_params · n_tokens == compute.
+
+    Raises:
+        ValueError: an argument that is not a finite number > 0.
+    """
+    for name, value in (("compute", compute), ("A", A), ("B", B), ("alpha", alpha), ("beta", beta)):
+        number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"{name}={value!r} is invalid; expected a finite number > 0")
+    g = (alpha * A / (beta * B)) ** (1.0 / (alpha + beta))
+    n_params = g * (compute / 6.0) ** (beta / (alpha + beta))
+    return n_params, compute / (6.0 * n_params)
 
 
 def forward_flops_per_token(config: Any, seq_len: int) -> float:
@@ -103,18 +128,19 @@ def forward_flops_per_token(config: Any, seq_len: int) -> float:
     return 2.0 * (matmul + attention)
 
 
+@renamed(batch="batch_size")
 def kv_cache_bytes(
-    n_layers: int, n_kv_heads: int, head_dim: int, seq_len: int, batch: int = 1, bytes_per_value: int = 2
+    n_layers: int, n_kv_heads: int, head_dim: int, seq_len: int, batch_size: int = 1, bytes_per_value: int = 2
 ) -> int:
-    """Memory of a KV cache: 2 (K and V) · n_layers · n_kv_heads · head_dim · seq_len · batch · bytes_per_value.
+    """Memory of a KV cache: 2 (K and V) · n_layers · n_kv_heads · head_dim · seq_len · batch_size · bytes_per_value.
 
     Llama-2 7B (32 layers, 32 K/V heads of width 128) at 4,096 tokens in fp16: 2·32·32·128·4096·2 = 2³¹ bytes
     = 2 GiB per sequence; with grouped-query attention and 8 K/V heads, 0.5 GiB.
     """
     for name, value in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("head_dim", head_dim),
-                        ("seq_len", seq_len), ("batch", batch), ("bytes_per_value", bytes_per_value)):
+                        ("seq_len", seq_len), ("batch_size", batch_size), ("bytes_per_value", bytes_per_value)):
         check_positive_int(name, value)
-    return 2 * n_layers * n_kv_heads * head_dim * seq_len * batch * bytes_per_value
+    return 2 * n_layers * n_kv_heads * head_dim * seq_len * batch_size * bytes_per_value
 
 
 @dataclass(frozen=True)
@@ -147,8 +173,10 @@ def fit_power_law(n: Sequence[float], loss: Sequence[float], *, max_iter: int = 
         raise ValueError(f"n and loss must be 1-D and equally long, got shapes {n_arr.shape} and {y.shape}")
     if len(n_arr) < 4:
         raise ValueError(f"fit_power_law needs at least 4 points, got {len(n_arr)}")
-    if np.any(n_arr <= 0) or not np.all(np.isfinite(y)):
-        raise ValueError("n must be positive and loss finite")
+    if not np.all(np.isfinite(n_arr)) or np.any(n_arr <= 0):
+        raise ValueError(f"n={n_arr.tolist()} is invalid; expected finite numbers > 0 (parameter counts)")
+    if not np.all(np.isfinite(y)):
+        raise ValueError(f"loss={y.tolist()} is invalid; expected finite numbers (a NaN or inf loss cannot be fitted)")
     c = np.log(n_arr).mean()
     x = np.log(n_arr) - c
 

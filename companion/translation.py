@@ -41,7 +41,7 @@ def translate_pairs(model: nn.Module, data: Any, pairs: list, *, batch_size: int
     out: list[list[str]] = []
     for i in range(0, len(pairs), batch_size):
         src, _ = encode_batch(pairs[i : i + batch_size], data.src_vocab, data.tgt_vocab)
-        ids = translate(model, src, data.tgt_vocab.bos_id, data.tgt_vocab.eos_id, max_len=24, src_pad_id=0)
+        ids = translate(model, src, data.tgt_vocab.bos_id, data.tgt_vocab.eos_id, max_new_tokens=24, src_pad_id=0)
         out += [data.tgt_vocab.decode(row) for row in ids]
     return out
 

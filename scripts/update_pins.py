@@ -14,7 +14,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 HEADER = """\
 # Exact, tested versions of everything `make test` uses, then the companion package itself
 # (editable, with its book and dev extras). Regenerate with `scripts/update_pins.py`.
-# torch==2.13.0 is the CPU build; a looser pin would pull a multi-GB CUDA build.
+# torch==2.13.0 is the CPU build only where a CPU wheel is served (PyTorch's CPU index, or local wheels);
+# from PyPI, pip takes the default wheel, a multi-GB CUDA build on Linux. See the README for the CPU build.
 """
 
 

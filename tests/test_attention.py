@@ -144,7 +144,7 @@ def test_sdpa_half_precision(dtype: torch.dtype) -> None:
 def test_sdpa_dropout_changes_output_only_when_asked() -> None:
     q, k, v = qkv()
     torch.manual_seed(0)
-    dropped = scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    dropped = scaled_dot_product_attention(q, k, v, dropout=0.5)
     assert not torch.allclose(dropped, scaled_dot_product_attention(q, k, v))
 
 
@@ -240,7 +240,7 @@ def test_cross_attention_matches_torch_multihead_attention() -> None:
     x, context = torch.randn(B, T, D), torch.randn(B, S, D)
     src_ids = torch.tensor([[4, 5, 6, 7, 0, 0, 0], [4, 5, 6, 7, 8, 9, 1]])
     expected, expected_w = ref(x, context, context, key_padding_mask=src_ids == 0, average_attn_weights=False)
-    out, weights = ours(x, context=context, mask=padding_mask(src_ids, 0), return_weights=True)
+    out, weights = ours(x, memory=context, mask=padding_mask(src_ids, 0), return_weights=True)
     assert weights.shape == (B, H, T, S)
     assert_close(out, expected)
     assert_close(weights, expected_w)
@@ -349,11 +349,11 @@ def test_cross_attention_cache_projects_context_once_and_reuses_it() -> None:
     calls = []
     attn.k_proj.register_forward_hook(lambda *_: calls.append(1))
     cache = KVCache()
-    outs = [attn(x[:, i : i + 1], context=context, kv_cache=cache) for i in range(3)]
+    outs = [attn(x[:, i : i + 1], memory=context, kv_cache=cache) for i in range(3)]
     assert len(calls) == 1 and cache.length == S
-    assert_close(torch.cat(outs, dim=1), attn(x, context=context))
+    assert_close(torch.cat(outs, dim=1), attn(x, memory=context))
     # The cached encoder K/V are used even if another context is passed: it is not read again.
-    assert_close(attn(x, context=torch.zeros_like(context), kv_cache=cache), attn(x, context=context))
+    assert_close(attn(x, memory=torch.zeros_like(context), kv_cache=cache), attn(x, memory=context))
     cache.reset()
     assert cache.length == 0 and cache.k is None
 
@@ -436,14 +436,14 @@ def test_dropout_only_in_training() -> None:
         (lambda: MultiHeadAttention(D, H)(torch.randn(B, T, D).double()), ValueError, "dtype"),
         (lambda: MultiHeadAttention(D, H)([[1.0]]), TypeError, "x must be a torch.Tensor"),
         (
-            lambda: MultiHeadAttention(D, H)(torch.randn(B, T, D), context=torch.randn(B + 1, S, D)),
+            lambda: MultiHeadAttention(D, H)(torch.randn(B, T, D), memory=torch.randn(B + 1, S, D)),
             ValueError,
-            "context has batch size",
+            "memory has batch size",
         ),
         (
-            lambda: MultiHeadAttention(D, H)(torch.randn(B, T, D), context=torch.randn(B, S, D).double()),
+            lambda: MultiHeadAttention(D, H)(torch.randn(B, T, D), memory=torch.randn(B, S, D).double()),
             ValueError,
-            "context has dtype",
+            "memory has dtype",
         ),
         (
             lambda: MultiHeadAttention(D, H)(torch.randn(B, T, D), mask=causal_mask(T + 1)),
@@ -487,10 +487,10 @@ def test_dropout_only_in_training() -> None:
         ),
         (
             lambda: scaled_dot_product_attention(
-                torch.randn(4, 8), torch.randn(5, 8), torch.randn(5, 8), dropout_p=1.0
+                torch.randn(4, 8), torch.randn(5, 8), torch.randn(5, 8), dropout=1.0
             ),
             ValueError,
-            "dropout_p=1.0",
+            "dropout=1.0",
         ),
         (lambda: repeat_kv(torch.randn(2, 3, 4), 2), ValueError, "x must have 4 dimensions"),
         (

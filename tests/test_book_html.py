@@ -549,3 +549,214 @@ def test_chinese_prose_renders_with_the_bundled_font(built_book, browser, server
         drawn = {f["familyName"] for f in fonts if f.get("isCustomFont")}
         assert any(CJK_SOURCE_FAMILY in f for f in drawn), f"{found!r} was drawn with {fonts}"
         _check_page(visit, path)
+
+
+# --------------------------------------------------------------------------------------------------
+# Accessibility (issue 15): alt text, axe-core audit in light and dark mode, keyboard, bold CJK
+# --------------------------------------------------------------------------------------------------
+
+_IMAGE_PATH = re.compile(r"(^|[/\\])[\w.-]+\.(png|jpe?g|gif|svg|webp)$|_images/", re.I)
+
+
+class _Images(html.parser.HTMLParser):
+    """Collect the attributes of every <img> of a page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.images: list[dict[str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "img":
+            self.images.append(dict(attrs))
+
+
+def alt_text_problems(page_html: str) -> list[str]:
+    """What is wrong with the alt texts of a page: a missing alt, an empty one on an image that is not
+    marked decorative (role="presentation"/"none" or aria-hidden="true"), or one that is a file path."""
+    parser = _Images()
+    parser.feed(page_html)
+    problems = []
+    for img in parser.images:
+        src, alt = img.get("src", "?"), img.get("alt")
+        decorative = img.get("role") in {"presentation", "none"} or img.get("aria-hidden") == "true"
+        if alt is None:
+            problems.append(f"{src}: no alt attribute")
+        elif not alt.strip() and not decorative:
+            problems.append(f"{src}: empty alt text, and the image is not marked decorative")
+        elif _IMAGE_PATH.search(alt.strip()):
+            problems.append(f"{src}: the alt text is a file path ({alt!r})")
+    return problems
+
+
+def test_alt_text_check_can_fail() -> None:
+    page = (
+        '<img src="../_images/a.png" alt="../_images/a.png"><img src="b.png"><img src="c.png" alt="">'
+        '<img src="d.png" alt="" role="presentation"><img src="e.png" alt="Bar chart: weights of one query">'
+    )
+    problems = alt_text_problems(page)
+    assert len(problems) == 3 and "file path" in problems[0] and "no alt" in problems[1] and "empty" in problems[2]
+
+
+def test_every_image_has_a_meaningful_alt_text(built_book) -> None:
+    problems = []
+    for path in _html_files(built_book.html):
+        rel = path.relative_to(built_book.html)
+        problems += [f"{rel}: {p}" for p in alt_text_problems(path.read_text(encoding="utf-8"))]
+    assert not problems, "images without a meaningful alt text:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("docname", NOTEBOOKS or [pytest.param(None, marks=pytest.mark.skip("no notebook"))])
+def test_every_figure_cell_has_alt_text_in_its_metadata(docname: str) -> None:
+    """The alt text lives in the cell metadata (mystnb.image.alt), so `make notebooks` keeps it."""
+    import json
+
+    nb = json.loads(_source(docname).read_text(encoding="utf-8"))
+    missing = []
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        if any("image/png" in out.get("data", {}) for out in cell.get("outputs", [])):
+            alt = cell.get("metadata", {}).get("mystnb", {}).get("image", {}).get("alt", "")
+            if len(alt.strip()) < 20:
+                missing.append(f"cell {i} ({''.join(cell['source'])[:40]!r})")
+    assert not missing, f"{docname}: figure cells without a written alt text: {missing}"
+
+
+# axe-core rules: WCAG 2.0-2.2 A and AA, plus the experimental ones among them (label-content-name-mismatch,
+# WCAG 2.5.3, is experimental in axe and off unless asked for).
+_AXE_OPTIONS = {
+    "runOnly": {
+        "type": "tag",
+        "values": ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22a", "wcag22aa", "experimental"],
+    }
+}
+AXE_REPORT = ROOT / "_build" / "axe-report.txt"
+
+
+@pytest.fixture(scope="module")
+def axe():
+    module = pytest.importorskip("axe_playwright_python.sync_playwright")
+    AXE_REPORT.parent.mkdir(parents=True, exist_ok=True)
+    AXE_REPORT.write_text("", encoding="utf-8")
+    return module.Axe()
+
+
+def _audit(axe, page, name: str) -> None:
+    """Run axe-core on the open page: no serious or critical violation; the rest goes to the report."""
+    page.add_style_tag(content="*, *::before, *::after { transition: none !important; animation: none !important; }")
+    result = axe.run(page, options=_AXE_OPTIONS).response
+    severe, other = [], []
+    for v in result["violations"]:
+        line = f"{name}: {v['id']} ({v['impact']}, {len(v['nodes'])} nodes): " + "; ".join(
+            n["html"][:100] for n in v["nodes"][:3]
+        )
+        (severe if v["impact"] in {"serious", "critical"} else other).append(line)
+    with AXE_REPORT.open("a", encoding="utf-8") as f:
+        f.writelines(line + "\n" for line in severe + other)
+    for line in other:
+        print("axe, not serious:", line)  # listed in the test output (-rA) and in _build/axe-report.txt
+    assert not severe, "axe-core found serious or critical WCAG violations:\n" + "\n".join(severe)
+
+
+AUDITED_PAGES = [p for p in PAGES if p != "index.html"]  # index.html only redirects to the root page
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("path", AUDITED_PAGES)
+def test_page_passes_the_axe_audit(built_book, browser, server: str, axe, path: str, scheme: str) -> None:
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme=scheme)
+    context.add_init_script(f"localStorage.setItem('mode', '{scheme}'); localStorage.setItem('theme', '{scheme}');")
+    context.route("**/*", lambda r: r.continue_() if "127.0.0.1" in r.request.url else r.abort())
+    try:
+        page = context.new_page()
+        page.goto(server + path, wait_until="load")
+        page.evaluate(_MATHJAX_DONE)
+        assert page.evaluate("document.documentElement.dataset.theme") == scheme
+        _audit(axe, page, f"{path} [{scheme}]")
+    finally:
+        context.close()
+
+
+def test_the_axe_audit_can_fail(browser, axe, tmp_path: pathlib.Path) -> None:
+    (tmp_path / "bad.html").write_text(
+        '<html><body><main><img src="x.png"><button aria-label="Close">Open menu</button>'
+        '<p style="color:#bbb;background:#fff">faint text</p></main></body></html>',
+        encoding="utf-8",
+    )
+    with _serve(tmp_path) as url:
+        context = browser.new_context()
+        try:
+            page = context.new_page()
+            page.goto(url + "bad.html")
+            with pytest.raises(AssertionError, match="image-alt|html-has-lang|label-content-name-mismatch"):
+                _audit(axe, page, "bad.html")
+        finally:
+            context.close()
+
+
+def _page_with_exercises(built_book) -> str:
+    for docname in NOTEBOOKS:
+        text = (built_book.html / (docname + ".html")).read_text(encoding="utf-8")
+        if "solution" in text and "dropdown" in text and "highlight" in text:
+            return docname + ".html"
+    pytest.fail("no chapter page has an exercise solution dropdown")
+
+
+def test_dropdowns_and_copy_buttons_work_from_the_keyboard(built_book, browser, server: str) -> None:
+    path = _page_with_exercises(built_book)
+    with _visit(browser, server + path) as visit:
+        page = visit.page
+        page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+        # A solution dropdown: Tab reaches its toggle, Enter opens it, Enter closes it again.
+        toggle = page.locator("div.solution.dropdown button.toggle-button, div.dropdown button.toggle-button").first
+        toggle.wait_for(state="attached")
+        box = toggle.locator("xpath=ancestor::div[contains(@class,'dropdown')][1]")
+        page.evaluate("el => { const t = document.createElement('a'); t.href = '#'; t.id = 'kb-start';"
+                      " el.parentElement.insertBefore(t, el); t.focus(); }", box.element_handle())
+        for _ in range(5):
+            if page.evaluate("document.activeElement.classList.contains('toggle-button')"):
+                break
+            page.keyboard.press("Tab")
+        reached = page.evaluate("document.activeElement.classList.contains('toggle-button')")
+        assert reached, "Tab never reached the toggle"
+        assert "toggle-hidden" in (box.get_attribute("class") or ""), "the solution should start closed"
+        page.keyboard.press("Enter")
+        page.wait_for_function("el => !el.classList.contains('toggle-hidden')", arg=box.element_handle())
+        page.keyboard.press("Enter")
+        page.wait_for_function("el => el.classList.contains('toggle-hidden')", arg=box.element_handle())
+        # A copy button: reachable with Tab from its code block, Enter copies the code.
+        block = page.locator("div.cell div.highlight").first
+        page.evaluate("el => { const t = document.createElement('a'); t.href = '#'; t.id = 'kb-code';"
+                      " el.insertBefore(t, el.firstChild); t.focus(); }", block.element_handle())
+        for _ in range(5):
+            if page.evaluate("document.activeElement.classList.contains('copybtn')"):
+                break
+            page.keyboard.press("Tab")
+        assert page.evaluate("document.activeElement.classList.contains('copybtn')"), "Tab never reached a copy button"
+        page.keyboard.press("Enter")
+        copied = page.evaluate("navigator.clipboard.readText()")
+        code = block.locator("pre").inner_text()
+        assert copied.strip() and copied.strip().splitlines()[0] in code
+
+
+def test_bold_chinese_is_drawn_bold(built_book, browser, server: str) -> None:
+    """The CJK web font has one weight: it must be declared as 400 so the browser synthesises bold."""
+    with _visit(browser, server + TOC_ROOT + ".html") as visit:
+        page = visit.page
+        page.evaluate(
+            """() => { const m = document.querySelector('main');
+                 m.insertAdjacentHTML('afterbegin', '<p id="cjk-probe" style="font-size:40px">'
+                   + '<span id="cjk-n">注意力机制</span> <strong id="cjk-b">注意力机制</strong></p>'); }"""
+        )
+        page.evaluate("async () => { await document.fonts.load('bold 40px \"Course CJK\"', '注意力'); }")
+
+        def ink(selector: str) -> int:
+            from io import BytesIO
+
+            from PIL import Image
+
+            img = Image.open(BytesIO(page.locator(selector).screenshot())).convert("L")
+            return sum(1 for v in img.getdata() if v < 128)
+
+        normal, bold = ink("#cjk-n"), ink("#cjk-b")
+        assert bold > 1.15 * normal, f"bold Chinese is not bold: {bold} dark pixels against {normal}"

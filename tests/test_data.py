@@ -223,3 +223,83 @@ def test_sampling_is_reproducible_and_in_range():
 def test_markov_source_rejects_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         MarkovSource(**kwargs)
+
+
+# --- argument checks (issue 13, item 7) and the split into modules (item 5) -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tokens", "error", "match"),
+    [
+        (torch.tensor([[0, 1, 16]]), ValueError, r"(?=.*\btokens\b).*token id 16\b.*out of range.*vocab_size=16"),
+        (torch.tensor([[0, -1, 2]]), ValueError, r"(?=.*\btokens\b).*token id -1\b.*out of range"),
+        (torch.tensor([[0.0, 1.0, 2.0]]), TypeError, r"tokens must hold integer token ids"),
+        (torch.tensor([0, 1, 2]), ValueError, r"tokens must have 2 dimensions"),
+        (torch.tensor([[0, 1]]), ValueError, r"tokens has shape \(1, 2\); expected T > order=2"),
+    ],
+)
+def test_log_prob_rejects_symbols_outside_the_alphabet(tokens, error, match):
+    """An id of 16 in a 16-symbol chain would index the next context's row and return a wrong number."""
+    with pytest.raises(error, match=match):
+        markov_source(16, 2, seed=0).log_prob(tokens)
+
+
+def test_log_prob_accepts_every_integer_id_dtype():
+    src = markov_source(16, 2, seed=0)
+    x = src.sample_batch(2, 12, torch.Generator().manual_seed(0))
+    for dtype in (torch.int16, torch.int32):
+        torch.testing.assert_close(src.log_prob(x.to(dtype)), src.log_prob(x))
+
+
+def test_sample_batch_takes_batch_size_and_the_old_keyword():
+    src = markov_source(8, 1, seed=0)
+    new = src.sample_batch(batch_size=3, length=5, generator=torch.Generator().manual_seed(1))
+    old = src.sample_batch(batch=3, length=5, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(new, old) and new.shape == (3, 5)
+    with pytest.raises(ValueError, match="batch_size=0"):
+        src.sample_batch(0, 5)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"vocab_size": 4, "order": 1, "concentration": float("inf")}, ValueError, "concentration=inf"),
+        ({"vocab_size": 4, "order": 1, "concentration": float("nan")}, ValueError, "concentration=nan"),
+        ({"vocab_size": 4, "order": 1, "seed": -1}, ValueError, "seed=-1"),
+        ({"vocab_size": 4, "order": 1, "seed": 1.5}, TypeError, "seed must be an int"),
+    ],
+)
+def test_markov_source_rejects_non_finite_concentration_and_bad_seeds(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        MarkovSource(**kwargs)
+
+
+def test_vocab_rejects_duplicates_empty_tokens_and_out_of_range_ids():
+    with pytest.raises(ValueError, match=r"tokens lists \['cat'\] more than once"):
+        Vocab(SPECIALS + ("cat", "cat"))
+    with pytest.raises(ValueError, match=r"tokens\[4\]='' is invalid; expected a non-empty str"):
+        Vocab(SPECIALS + ("",))
+    vocab = Vocab(SPECIALS + ("I", "love"))
+    with pytest.raises(ValueError, match=r"id=6 is out of range; expected 0 <= id < 6"):
+        vocab.decode([1, 4, 6])
+    with pytest.raises(ValueError, match=r"id=-1 is out of range"):
+        vocab.decode(torch.tensor([-1]))
+    with pytest.raises(TypeError, match="tokens must be a list of str"):
+        vocab.encode("I love")
+    assert vocab.decode(torch.tensor([1, 4, 5, 2], dtype=torch.int32)) == ["I", "love"]
+    with pytest.raises(ValueError, match="seed=-2"):
+        toy_translation(seed=-2)
+
+
+def test_every_name_of_the_old_module_is_importable_from_the_package():
+    """``companion.data`` became a package (translation / corpus / markov); the old import paths still work."""
+    import companion.data as data
+    from companion.data import corpus, markov, translation
+
+    for name in data.__all__:
+        assert hasattr(data, name), name
+    assert data.toy_translation is translation.toy_translation
+    assert data.char_corpus is corpus.char_corpus
+    assert data.MarkovSource is markov.MarkovSource
+    for module in (corpus, markov, translation):
+        assert set(module.__all__) <= set(dir(module)), module.__name__

@@ -73,8 +73,8 @@ def test_tie_weights_shares_one_parameter() -> None:
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [
-        (lambda: TokenEmbedding(V, D)(torch.tensor([[1, V]])), ValueError, f"token id {V} is out of range"),
-        (lambda: TokenEmbedding(V, D)(torch.tensor([[-1, 2]])), ValueError, "token id -1 is out of range"),
+        (lambda: TokenEmbedding(V, D)(torch.tensor([[1, V]])), ValueError, f"token id {V} in ids is out of range"),
+        (lambda: TokenEmbedding(V, D)(torch.tensor([[-1, 2]])), ValueError, "token id -1 in ids is out of range"),
         (lambda: TokenEmbedding(V, D)(torch.tensor([[1.0, 2.0]])), TypeError, "integer token ids"),
         (lambda: TokenEmbedding(V, D)(torch.zeros(1, 2, 3, dtype=torch.long)), ValueError, "ids must have"),
         (lambda: TokenEmbedding(V, D)([1, 2]), TypeError, "ids must be a torch.Tensor"),

@@ -7,7 +7,9 @@ passing correct version also cross-checks the package reference, and each wrong 
 from __future__ import annotations
 
 import math
+import re
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -173,7 +175,7 @@ RIGHT = [
 @pytest.mark.parametrize(("name", "fn", "n_cases"), RIGHT, ids=lambda v: getattr(v, "__name__", None))
 def test_right_answers_pass(name, fn, n_cases, capsys) -> None:
     assert exercises.check(name, fn) is True
-    assert capsys.readouterr().out == f"✅ {name}: all {n_cases} cases match\n"
+    assert capsys.readouterr().out == f"✅ PASS {name}: all {n_cases} cases match\n"
 
 
 # ---------------------------------------------------------------- the classic mistakes
@@ -341,7 +343,7 @@ WRONG = [
 def test_classic_mistakes_fail_with_their_hint(name, fn, hint, capsys) -> None:
     assert exercises.check(name, fn) is False
     out = capsys.readouterr().out
-    assert out.startswith(f"❌ {name}: case '"), out
+    assert out.startswith(f"❌ FAIL {name}: case '"), out
     assert hint in out, out
     assert "Hint: " in out
 
@@ -356,7 +358,7 @@ def test_verdict_names_case_error_and_index(capsys) -> None:
     exercises.check("softmax", softmax_no_max)
     out = capsys.readouterr().out
     assert out.splitlines()[0] == (
-        "❌ softmax: case 'large logits' differs at index (0, 0): got nan, expected 0.09; 5 of 6 cases match."
+        "❌ FAIL softmax: case 'large logits' differs at index (0, 0): got nan, expected 0.09; 5 of 6 cases match."
     )
     exercises.check("softmax", softmax_wrong_axis)
     assert "differs (max abs error " in capsys.readouterr().out
@@ -421,7 +423,7 @@ def test_names_are_forgiving_about_case_spaces_and_hyphens(capsys) -> None:
 
 
 def test_bad_arguments_raise() -> None:
-    with pytest.raises(TypeError, match="fn must be callable"):
+    with pytest.raises(TypeError, match="expects your function"):
         exercises.check("softmax", 42)
     with pytest.raises(TypeError, match="name must be a str"):
         exercises.check(3, softmax_ok)
@@ -431,9 +433,214 @@ def test_list_shows_every_check_with_its_signature() -> None:
     table = exercises.list()
     assert exercises.list is exercises.list_checks
     names = {name for name, _fn, _n in RIGHT}
-    assert set(table) == names == set(exercises.CHECKS)
+    assert set(table) == set(exercises.CHECKS) and names <= set(table)
     text = repr(table)
-    for name in names:
+    for name in table:
         assert exercises.CHECKS[name].signature in text
         assert table[name] in text
     assert str(table) == text
+
+
+# ---------------------------------------------------------------- the framework: kinds, limits, robustness
+
+from companion.exercises import _runner  # noqa: E402
+from companion.exercises._runner import Case, Check, choice_check, value_check  # noqa: E402
+
+
+def _verdict(check_obj, answer, capsys):
+    ok = _runner.run(check_obj, answer)
+    return ok, capsys.readouterr().out
+
+
+PARAMS = value_check(
+    "params_demo",
+    4 * 64 * 64,
+    description="parameters of four 64x64 projections",
+    hint="count every projection: W_Q, W_K, W_V and W_O.",
+    signature="a number: the parameter count",
+    mistakes={3 * 64 * 64: "you forgot W_O, the output projection."},
+)
+
+
+@pytest.mark.parametrize("answer", [16384, 16384.0, 16390, torch.tensor(16384), np.int64(16384)])
+def test_a_value_check_accepts_the_right_number_within_tolerance(answer, capsys) -> None:
+    assert _verdict(PARAMS, answer, capsys) == (True, "✅ PASS params_demo: your answer is right\n")
+
+
+def test_a_value_check_names_the_known_mistake_and_never_reveals_the_value(capsys) -> None:
+    ok, out = _verdict(PARAMS, 3 * 64 * 64, capsys)
+    assert not ok
+    assert (
+        out == "❌ FAIL params_demo: your answer 12288 is too low.\n   Hint: you forgot W_O, the output projection.\n"
+    )
+    ok, out = _verdict(PARAMS, 10**6, capsys)
+    assert "too high (off by a factor of about 61)" in out and "16384" not in out
+    assert "Hint: count every projection" in out
+
+
+@pytest.mark.parametrize(
+    ("answer", "problem"),
+    [
+        (None, "no answer yet — replace None with your answer (a number: the parameter count)"),
+        ("lots", "is 'lots', expected a number"),
+        (float("nan"), "is nan"),
+        (True, "expected a number"),
+    ],
+)
+def test_a_value_check_reports_a_missing_or_malformed_answer(answer, problem, capsys) -> None:
+    ok, out = _verdict(PARAMS, answer, capsys)
+    assert not ok and problem in out, out
+
+
+def test_structured_answers_are_compared_part_by_part(capsys) -> None:
+    shapes = value_check(
+        "shapes_demo",
+        {"q": (2, 4, 5, 16), "k": (2, 1, 5, 16)},
+        description="d",
+        hint="h",
+        signature="a dict",
+        mistakes=[({"q": (2, 4, 5, 16), "k": (2, 4, 5, 16)}, "with MQA, K has one head.")],
+        rtol=0,
+    )
+    assert _verdict(shapes, {"q": (2, 4, 5, 16), "k": torch.Size([2, 1, 5, 16])}, capsys)[0]
+    ok, out = _verdict(shapes, {"q": (2, 4, 5, 16), "k": (2, 4, 5, 16)}, capsys)
+    assert not ok and "['k'] [1] 4 is too high" in out and "with MQA, K has one head." in out
+    ok, out = _verdict(shapes, {"q": (2, 4, 5, 16)}, capsys)
+    assert not ok and "has no key 'k'" in out
+
+
+def test_a_tensor_answer_is_compared_with_tolerance(capsys) -> None:
+    weights = value_check(
+        "weights_demo",
+        torch.tensor([[0.5, 0.5], [0.25, 0.75]]),
+        description="d",
+        hint="h",
+        signature="a (2, 2) tensor",
+        atol=1e-2,
+        rtol=0,
+    )
+    assert _verdict(weights, [[0.501, 0.499], [0.25, 0.75]], capsys)[0]  # a nested list is fine
+    ok, out = _verdict(weights, [[0.5, 0.5], [0.75, 0.25]], capsys)
+    assert not ok and "at index (1, 0)" in out
+
+
+def test_a_choice_check_has_one_hint_per_wrong_choice(capsys) -> None:
+    choose = choice_check(
+        "choice_demo",
+        "b",
+        ("a", "b", "c"),
+        description="d",
+        hint="general",
+        mistakes={"a": "a is the query axis.", "c": "c has no softmax."},
+    )
+    assert _verdict(choose, " (B) ", capsys)[0]
+    assert _verdict(choose, "a", capsys) == (
+        False,
+        "❌ FAIL choice_demo: your answer 'a' is not right.\n   Hint: a is the query axis.\n",
+    )
+    ok, out = _verdict(choose, "d", capsys)
+    assert not ok and "'d' is not one of the choices 'a', 'b', 'c'" in out
+    with pytest.raises(ValueError, match="answer='x'"):
+        choice_check("bad", "x", ("a", "b"), description="d", hint="h")
+
+
+def test_a_stub_gets_a_friendly_not_implemented_line(capsys) -> None:
+    def my_softmax(x, dim=-1):
+        raise NotImplementedError("Exercise ex-03-softmax: write the stable softmax")
+
+    assert exercises.check("softmax", my_softmax) is False
+    assert capsys.readouterr().out == (
+        "❌ FAIL softmax: not implemented yet — Exercise ex-03-softmax: write the stable softmax\n"
+    )
+
+    def bare(x, dim=-1):
+        raise NotImplementedError
+
+    exercises.check("softmax", bare)
+    assert "not implemented yet — replace `raise NotImplementedError`" in capsys.readouterr().out
+
+
+def _forever(x, dim=-1):
+    while True:
+        try:
+            x = x + 1
+        except Exception:  # a reader's catch-all cannot swallow the time limit
+            pass
+
+
+def test_an_endless_loop_is_stopped_by_the_time_limit(monkeypatch, capsys) -> None:
+    import time
+
+    monkeypatch.setattr(_runner, "TIME_LIMIT_S", 0.3)
+    start = time.monotonic()
+    assert exercises.check("softmax", _forever) is False
+    assert time.monotonic() - start < 5
+    out = capsys.readouterr().out
+    assert "case 'random rows' ran longer than the time limit (0.3 s) and was stopped (an endless loop?)" in out
+    import signal
+
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # the timer is cancelled afterwards
+
+
+def test_the_time_limit_also_works_outside_the_main_thread(monkeypatch) -> None:
+    import threading
+
+    monkeypatch.setattr(_runner, "TIME_LIMIT_S", 0.3)
+    results = []
+    with __import__("contextlib").redirect_stdout(__import__("io").StringIO()) as buf:
+        worker = threading.Thread(target=lambda: results.append(exercises.check("softmax", _forever)))
+        worker.start()
+        worker.join(10)
+    assert not worker.is_alive() and results == [False]
+    assert "ran longer than the time limit" in buf.getvalue()
+
+
+def test_a_failure_of_the_judging_step_is_reported_not_raised(capsys) -> None:
+    def broken_judge(out):
+        raise KeyError("oops")
+
+    demo = Check("judge_demo", "fn()", "d", "h", lambda: [Case("only", (), broken_judge)])
+    ok, out = _verdict(demo, lambda: 1, capsys)
+    assert not ok
+    assert out.startswith("❌ FAIL judge_demo: the check itself failed while judging case 'only' (raised KeyError")
+    bad_cases = Check("cases_demo", "fn()", "d", "h", lambda: 1 / 0)
+    ok, out = _verdict(bad_cases, lambda: 1, capsys)
+    assert not ok and "the check itself failed while preparing its cases (raised ZeroDivisionError" in out
+
+
+def test_star_import_does_not_shadow_builtins() -> None:
+    namespace: dict = {}
+    exec("from companion.exercises import *", namespace)
+    assert "list" not in namespace and "check" in namespace
+    assert set(exercises.__all__) == {"check", "list_checks"}
+
+
+def test_every_chapter_module_declares_its_chapter_and_checks() -> None:
+    import pkgutil
+
+    modules = [m.name for m in pkgutil.iter_modules(exercises.__path__) if m.name.startswith("ch")]
+    assert modules == sorted(modules) and modules
+    assert list(exercises.CHAPTERS) == sorted(exercises.CHAPTERS)
+    for chapter, checks in exercises.CHAPTERS.items():
+        assert re.fullmatch(r"\d\d_[a-z0-9_]+", chapter), chapter
+        assert checks and all(exercises.CHECKS[c.name] is c for c in checks)
+    assert sum(len(c) for c in exercises.CHAPTERS.values()) == len(exercises.CHECKS)
+
+
+def test_testing_helpers(capsys) -> None:
+    from companion.exercises.testing import assert_fails, assert_passes
+
+    assert assert_passes("softmax", softmax_ok).startswith("✅ PASS softmax")
+    assert "Hint:" in assert_fails("softmax", softmax_wrong_axis, ["wrong axis", "keepdim"])
+    with pytest.raises(AssertionError, match="accepted a wrong answer"):
+        assert_fails("softmax", softmax_ok, "anything")
+    with pytest.raises(AssertionError, match="expected 'no such words'"):
+        assert_fails("softmax", softmax_wrong_axis, "no such words")
+
+
+def test_list_checks_of_one_chapter() -> None:
+    chapter, checks = next(iter(exercises.CHAPTERS.items()))
+    assert list(exercises.list_checks(chapter)) == [c.name for c in checks]
+    assert repr(exercises.list_checks(chapter)).startswith(f"{chapter}:\n")
+    with pytest.raises(ValueError, match="chapter"):
+        exercises.list_checks("99_nothing")

@@ -256,5 +256,5 @@ def test_translate_cached_equals_uncached_and_encodes_once(name: str, monkeypatc
 
 def test_translate_rejects_too_long_outputs() -> None:
     model = Transformer(ModelConfig(**TINY))
-    with pytest.raises(ValueError, match="max_len=40"):
+    with pytest.raises(ValueError, match="max_new_tokens=40"):
         translate(model, torch.ones(1, 3, dtype=torch.long), 1, 2, max_len=40)

@@ -67,7 +67,7 @@ def test_replace_validates_again_and_leaves_the_original() -> None:
 @pytest.mark.parametrize("preset", ["transformer_base", "gpt2_small", "llama", "llama_tiny", "bert_base", "mistral_7b"])
 def test_presets_are_valid(preset: str) -> None:
     cfg = getattr(ModelConfig, preset)()
-    assert cfg.d_model % cfg.n_heads == 0 and cfg.n_heads % cfg.kv_heads == 0
+    assert cfg.d_model % cfg.n_heads == 0 and cfg.n_heads % cfg.n_kv_heads == 0
 
 
 def test_evolution_table_rows_differ_between_presets() -> None:
@@ -77,7 +77,7 @@ def test_evolution_table_rows_differ_between_presets() -> None:
     assert [getattr(base, r) for r in rows] == ["post", "sinusoidal", "relu", "layernorm"]
     assert [getattr(gpt2, r) for r in rows] == ["pre", "learned", "gelu_tanh", "layernorm"]
     assert [getattr(llama, r) for r in rows] == ["pre", "rope", "swiglu", "rmsnorm"]
-    assert ModelConfig.llama(n_kv_heads=8).kv_heads == 8 and ModelConfig.mistral_7b().sliding_window == 4096
+    assert ModelConfig.llama(n_kv_heads=8).n_kv_heads == 8 and ModelConfig.mistral_7b().sliding_window == 4096
 
 
 # --- parameter counts ---------------------------------------------------------------------------
@@ -168,7 +168,7 @@ def test_padding_mask_hides_padded_keys() -> None:
     changed = torch.tensor([[5, 6, 7, 9, 0]])
     mask_a, mask_b = padding_mask(ids, 0), padding_mask(changed, 0)
     mask_b[..., 3] = False  # token 3 is padding in both: its id must not matter to later positions
-    assert_close(model(ids, pad_mask=mask_a)[0, 4], model(changed, pad_mask=mask_b)[0, 4])
+    assert_close(model(ids, padding_mask=mask_a)[0, 4], model(changed, padding_mask=mask_b)[0, 4])
 
 
 # --- layers against torch.nn --------------------------------------------------------------------
@@ -230,7 +230,7 @@ def test_every_decoder_layer_reads_the_same_encoder_output() -> None:
     seen: list[torch.Tensor] = []
     hooks = [
         layer.cross_attn.register_forward_pre_hook(
-            lambda m, args, kwargs: seen.append(kwargs["context"]), with_kwargs=True
+            lambda m, args, kwargs: seen.append(kwargs["memory"]), with_kwargs=True
         )
         for layer in model.decoder_layers
     ]

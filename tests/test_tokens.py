@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from companion.tokens import GPT4_SPLIT_PATTERN, BPETokenizer, CharTokenizer, WordPieceTokenizer
+from companion.tokens import (
+    GPT2_SPLIT_PATTERN,
+    GPT4_SPLIT_PATTERN,
+    BPETokenizer,
+    CharTokenizer,
+    Tokenizer,
+    WordPieceTokenizer,
+)
 
 CORPUS = (
     "The animal didn't cross the street because it was too tired. 它太累了，所以没有过马路。\n"
@@ -42,7 +51,7 @@ def test_hand_worked_example() -> None:
       merge 3: (256, 257) -> 258 "aaab", count 2. text: [aaab] d [aaab] a c
     """
     tok = BPETokenizer()
-    tok.train("aaabdaaabac", 259)
+    tok.train("aaabdaaabac", 259, pattern=None)
     assert tok.merge_history == [((97, 97), 256, 4), ((97, 98), 257, 2), ((256, 257), 258, 2)]
     assert tok.merges == {(97, 97): 256, (97, 98): 257, (256, 257): 258}
     assert tok.vocab[258] == b"aaab"
@@ -58,7 +67,7 @@ def test_tie_break_puts_printable_bytes_first() -> None:
     ("x","x") is merged first.
     """
     tok = BPETokenizer()
-    tok.train("\n\nxx", 257)
+    tok.train("\n\nxx", 257, pattern=None)
     assert tok.merge_history == [((120, 120), 256, 1)]
 
 
@@ -73,7 +82,7 @@ def test_merges_never_cross_chunks_and_vocab_stops_when_nothing_left() -> None:
     assert [tok.vocab[i] for i in tok.merges.values()] == [b"ab", b" ab"]
     assert len(tok.vocab) == 258
     no_split = BPETokenizer()
-    no_split.train("ab ab", 300)
+    no_split.train("ab ab", 300, pattern=None)
     assert no_split.encode("ab ab") == [no_split.vocab_size - 1]
     assert no_split.vocab[no_split.vocab_size - 1] == b"ab ab"
 
@@ -84,7 +93,7 @@ def test_pairs_formed_and_merged_away_in_one_step_are_not_merged() -> None:
     That pair's count is 0, so after ([ab],[ab]) training must stop: two merges, not a third with count 0.
     """
     tok = BPETokenizer()
-    tok.train("abab", 300)
+    tok.train("abab", 300, pattern=None)
     assert tok.merge_history == [((97, 98), 256, 2), ((256, 256), 257, 1)]
 
 
@@ -306,3 +315,221 @@ def test_wordpiece_matches_hugging_face_tokenizers() -> None:
     for text in texts:
         assert ours.tokenize(text) == theirs.encode(text, add_special_tokens=False).tokens
         assert ours.encode(text) == theirs.encode(text, add_special_tokens=False).ids
+
+
+# ---------------------------------------------------------------- the shared interface (issue 13, item 6)
+def _three_tokenizers() -> list:
+    char = CharTokenizer.from_text("hello world 我爱NLP", specials=["<pad>"])
+    bpe = BPETokenizer()
+    bpe.train(CORPUS, 256 + 40)
+    return [char, bpe, WordPieceTokenizer(WP_VOCAB)]
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.int32, torch.int64])
+def test_every_tokenizer_fits_the_protocol_and_decodes_tensors(dtype) -> None:
+    """``tok.decode(generate(...)[0])``: a 1-D tensor of any integer dtype decodes like the list of its ids."""
+    for tok in _three_tokenizers():
+        assert isinstance(tok, Tokenizer), type(tok).__name__
+        ids = tok.encode("hello")[:6]
+        assert tok.decode(torch.tensor(ids, dtype=dtype)) == tok.decode(ids)
+        assert tok.decode(np.array(ids)) == tok.decode(ids)
+        assert tok.vocab_size > max(ids)
+        for i in ids:
+            assert tok.token_to_id(tok.id_to_token(i)) == i
+        with pytest.raises(ValueError, match=r"ids must be 1-D.*ids\[0\]"):
+            tok.decode(torch.tensor([ids]))
+        with pytest.raises(TypeError, match="ids must hold integers"):
+            tok.decode(torch.tensor(ids, dtype=torch.float32))
+        with pytest.raises(TypeError, match="ids must hold ints"):
+            tok.decode([True])
+        with pytest.raises(ValueError, match="token='not-a-token-xyz' is not in the vocabulary"):
+            tok.token_to_id("not-a-token-xyz")
+        with pytest.raises(ValueError, match=f"id={tok.vocab_size + 5}"):
+            tok.id_to_token(tok.vocab_size + 5)
+
+
+def test_small_integer_dtypes_decode_too() -> None:
+    tok = CharTokenizer.from_text("hello")
+    ids = tok.encode("hello")
+    for dtype in (torch.uint8, torch.int8):
+        assert tok.decode(torch.tensor(ids, dtype=dtype)) == "hello"
+
+
+def test_wordpiece_vocab_size_is_one_more_than_the_largest_id() -> None:
+    assert WordPieceTokenizer(WP_VOCAB).vocab_size == len(WP_VOCAB)
+    assert WordPieceTokenizer({"[UNK]": 0, "a": 7}).vocab_size == 8
+
+
+# ---------------------------------------------------------------- bad tokens (issue 13, item 7)
+def test_special_token_ids_must_be_ints_at_least_zero_and_unique() -> None:
+    tok = BPETokenizer()
+    with pytest.raises(TypeError, match=r"special token '<a>' has id='300' \(str\); expected an int"):
+        tok.register_special_tokens({"<a>": "300"})
+    with pytest.raises(TypeError, match="expected an int"):
+        tok.register_special_tokens({"<a>": 300.0})
+    with pytest.raises(TypeError, match="expected an int"):
+        tok.register_special_tokens({"<a>": True})
+    with pytest.raises(ValueError, match="id=-1; expected an id >= 0"):
+        tok.register_special_tokens({"<a>": -1})
+    with pytest.raises(ValueError, match="'<a>' and '<b>' both have id=300"):
+        tok.register_special_tokens({"<a>": 300, "<b>": 300})
+    tok.register_special_tokens({"<a>": 300})
+    with pytest.raises(ValueError, match="'<a>' and '<b>' both have id=300"):
+        tok.register_special_tokens({"<b>": 300})
+    with pytest.raises(ValueError, match=r"special token='' is the empty string"):
+        tok.register_special_tokens({"": 301})
+    with pytest.raises(TypeError, match="special_tokens must be a dict"):
+        tok.register_special_tokens([("<c>", 302)])
+    assert tok.special_tokens == {"<a>": 300}, "nothing is registered when an entry is invalid"
+    tok.register_special_tokens({"<a>": 301, "<b>": 300})  # moving a token frees its old id
+    assert tok.special_tokens == {"<a>": 301, "<b>": 300}
+
+
+def test_the_empty_string_is_not_a_token() -> None:
+    with pytest.raises(ValueError, match=r"tokens\[1\]='' is the empty string"):
+        CharTokenizer(["<pad>", "", "a"])
+    with pytest.raises(ValueError, match=r"specials\[0\]='' is the empty string"):
+        CharTokenizer.from_text("abc", specials=[""])
+    with pytest.raises(TypeError, match="specials must be a list of str"):
+        CharTokenizer.from_text("abc", specials="<pad>")
+    with pytest.raises(ValueError, match="vocab token='' is the empty string"):
+        WordPieceTokenizer(["[UNK]", "", "a"])
+    with pytest.raises(ValueError, match="unk_token='' is the empty string"):
+        WordPieceTokenizer(["[UNK]", "a"], unk_token="")
+
+
+def test_wordpiece_rejects_duplicate_ids_and_tokens() -> None:
+    with pytest.raises(ValueError, match="vocab gives id=1 to both 'a' and 'b'; expected distinct ids"):
+        WordPieceTokenizer({"[UNK]": 0, "a": 1, "b": 1})
+    with pytest.raises(ValueError, match=r"vocab lists the tokens \['a'\] more than once"):
+        WordPieceTokenizer(["[UNK]", "a", "a"])
+    with pytest.raises(ValueError, match=r"vocab\['a'\]=-2 is invalid; expected an int id >= 0"):
+        WordPieceTokenizer({"[UNK]": 0, "a": -2})
+
+
+# ---------------------------------------------------------------- pre-split patterns (issue 13, item 9)
+def test_default_pattern_is_gpt4_and_names_are_case_insensitive() -> None:
+    default, named, shouted = BPETokenizer(), BPETokenizer(), BPETokenizer()
+    default.train(CORPUS, 256 + 30)
+    named.train(CORPUS, 256 + 30, pattern="gpt4")
+    shouted.train(CORPUS, 256 + 30, pattern="GPT4")
+    assert default.pattern == named.pattern == shouted.pattern == GPT4_SPLIT_PATTERN
+    assert default.merges == named.merges == shouted.merges
+    gpt2 = BPETokenizer()
+    gpt2.train("hello world", 260, pattern="GPT2")  # not the literal regex "GPT2", which would match nothing
+    assert gpt2.pattern == GPT2_SPLIT_PATTERN
+    assert gpt2._pre_split("hello world") == ["hello", " world"]
+
+
+@pytest.mark.parametrize("pattern", [r"\w+", r"[a-z]+", r"\p{Han}", r"x*", r"(\w)(\w)"])
+def test_a_pattern_that_skips_text_never_drops_it(pattern: str) -> None:
+    """Gaps between matches become chunks of their own: decode(encode(text)) == text for any pattern."""
+    tok = BPETokenizer()
+    tok.train(CORPUS, 256 + 60, pattern=pattern)
+    for text in (HELD_OUT, CORPUS[:300], "  two  spaces  ", ""):
+        assert tok.decode(tok.encode(text)) == text
+    assert "".join(tok._pre_split(HELD_OUT)) == HELD_OUT
+
+
+def test_words_only_pattern_matches_tokenizers_split_isolated() -> None:
+    """``\\w+`` leaves spaces and punctuation between matches; ``tokenizers``' Split(behavior="isolated") keeps
+    those gaps as pieces, and so do we: the same merges and the same held-out tokens."""
+    pattern = r"\w+"
+    ours = BPETokenizer()
+    ours.train(CORPUS, 256 + 100, pattern=pattern)
+    theirs = _tokenizers_bpe(CORPUS, 256 + 100, pattern)
+    decoder = _byte_decoder()
+    to_bytes = lambda s: bytes(decoder[c] for c in s)  # noqa: E731
+    their_merges = json.loads(theirs.to_str())["model"]["merges"]
+    their_merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in their_merges]
+    assert [(ours.vocab[a], ours.vocab[b]) for a, b in ours.merges] == [
+        (to_bytes(a), to_bytes(b)) for a, b in their_merges
+    ]
+    their_tokens = [to_bytes(t) for t in theirs.encode(HELD_OUT).tokens]
+    assert [ours.vocab[i] for i in ours.encode(HELD_OUT)] == their_tokens
+
+
+@pytest.mark.parametrize(("pattern", "error", "match"), [
+    ("(unclosed", ValueError, r"pattern='\(unclosed' is not a valid regular expression"),
+    ("", ValueError, "pattern='' matches nothing"),
+    (3, TypeError, "pattern must be None, 'gpt2', 'gpt4' or a regex str, got 3"),
+])
+def test_bad_patterns_are_named(pattern, error, match) -> None:
+    with pytest.raises(error, match=match):
+        BPETokenizer().train("abc", 260, pattern=pattern)
+
+
+# ---------------------------------------------------------------- files (issue 13, item 10)
+def _saved(tmp_path) -> tuple:
+    tok = BPETokenizer()
+    tok.train(CORPUS, 256 + 20, pattern="gpt2")
+    tok.register_special_tokens({"<|endoftext|>": 276})
+    path = tmp_path / "tok.bpe"
+    tok.save(path)
+    return tok, path, path.read_text(encoding="utf-8").splitlines()
+
+
+def _write(path, lines: list[str]) -> None:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_save_is_atomic_and_leaves_no_temporary_file(tmp_path, monkeypatch) -> None:
+    tok, path, _ = _saved(tmp_path)
+    before = path.read_bytes()
+    import companion._files as files
+
+    def broken_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files.os, "replace", broken_replace)
+    tok.register_special_tokens({"<pad>": 277})
+    with pytest.raises(OSError, match="No space left"):
+        tok.save(path)
+    assert path.read_bytes() == before, "a failed save keeps the old file whole"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tok.bpe"]
+    monkeypatch.undo()
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        tok.save(tmp_path / "no-such-folder" / "tok.bpe")
+
+
+def test_load_names_the_file_and_line_of_each_defect(tmp_path) -> None:
+    _, path, lines = _saved(tmp_path)
+    # lines: 1 header, 2 pattern, 3 "specials 1", 4 the special, 5 "merges 20", 6.. the merges
+    bad = tmp_path / "bad.bpe"
+    cases = [
+        (lines[:10], r"line 11: the file ends here, but merge 6 of 20 was expected \(truncated\?\)"),
+        (lines[:3], r"line 4: the file ends here, but special token 1 of 1 was expected"),
+        (lines[:1] + ["pattern {not json"] + lines[2:], r"line 2: expected \"pattern <json>\"; bad JSON"),
+        (lines[:3] + ['"<|endoftext|> 276'] + lines[4:], r"line 4: expected special token 1 of 1 .*bad JSON"),
+        (lines[:2] + ["specials 2"] + lines[3:], r"line 5: expected special token 2 of 2"),
+        (lines[:4] + ["merges 21"] + lines[5:], r"line 26: the file ends here, but merge 21 of 21"),
+        (lines + ["surplus"], r"line 26: unexpected line after the last of 20 merges"),
+        (lines[:5] + ["97 999 256"] + lines[6:], r"line 6: the merge names id=999, which no earlier line defines"),
+        (lines[:5] + ["garbage here"] + lines[6:], r"line 6: expected merge 1 of 20 as \"a b new_id\""),
+        (lines[:5] + [lines[5], lines[5]] + lines[7:], r"line 7: the pair .* is merged twice"),
+        (lines[:3] + ['"<|endoftext|>" 65'] + lines[4:], r"line 4: special token '<\|endoftext\|>' has id=65"),
+        (lines[:1] + ['pattern "(bad"'] + lines[2:], r"line 2: pattern='\(bad' is not a valid regular"),
+        (["hello"], r"line 1: not a companion BPE file; expected the header 'companion-bpe v1'"),
+    ]
+    for content, match in cases:
+        _write(bad, content)
+        with pytest.raises(ValueError, match=match) as info:
+            BPETokenizer.load(bad)
+        assert "bad.bpe" in str(info.value), "the message names the file"
+    bad.write_bytes(b"companion-bpe v1\n\xff\xfe garbage")
+    with pytest.raises(ValueError, match=r"bad.bpe', line 2: not UTF-8 text"):
+        BPETokenizer.load(bad)
+    with pytest.raises(ValueError, match="is a folder"):
+        BPETokenizer.load(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        BPETokenizer.load(tmp_path / "missing.bpe")
+
+
+def test_load_rejects_a_merge_whose_new_id_skips_ahead(tmp_path) -> None:
+    _, path, lines = _saved(tmp_path)
+    a, b, new_id = lines[5].split("#")[0].split()
+    lines[5] = f"{a} {b} {int(new_id) + 7}"
+    _write(path, lines)
+    with pytest.raises(ValueError, match=rf"line 6: the merge \({a}, {b}\) gives id={int(new_id) + 7}; expected "
+                                         rf"id={new_id}"):
+        BPETokenizer.load(path)

@@ -1,9 +1,10 @@
-"""Tests of companion.training: losses, schedule, loop, checkpoints, data parallelism, chapter 8's model."""
+"""Tests of companion.training: losses, schedule, loop, checkpoints, the DDP command line, chapter 8's model."""
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -247,3 +248,261 @@ def test_translation_reaches_99_percent_on_unseen_sentences():
     print(f"toy zh→en: test exact match {accuracy:.4f} after {seconds:.1f} s of training")
     assert accuracy >= 0.99
     assert history[-1]["loss"] < history[0]["loss"]
+
+
+# --- argument checks (issue 13, item 7) ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "match"),
+    [
+        ({"steps": 0}, ValueError, r"TrainConfig.steps=0 is invalid; expected an integer >= 1"),
+        ({"steps": 10.0}, TypeError, r"TrainConfig.steps must be an int"),
+        ({"lr": 0.0}, ValueError, r"TrainConfig.lr=0.0 is invalid; expected a finite number > 0"),
+        ({"lr": -1e-3}, ValueError, r"TrainConfig.lr=-0.001"),
+        ({"lr": float("nan")}, ValueError, r"TrainConfig.lr=nan is invalid; expected a finite number"),
+        ({"lr": float("inf")}, ValueError, r"TrainConfig.lr=inf"),
+        ({"lr": "1e-3"}, TypeError, r"TrainConfig.lr must be a number"),
+        ({"warmup_steps": -1}, ValueError, r"TrainConfig.warmup_steps=-1 is invalid; expected an integer >= 0"),
+        ({"min_lr_ratio": 1.5}, ValueError, r"TrainConfig.min_lr_ratio=1.5 is invalid; expected a probability"),
+        ({"min_lr_ratio": -0.1}, ValueError, r"TrainConfig.min_lr_ratio=-0.1"),
+        ({"grad_clip": 0.0}, ValueError, r"TrainConfig.grad_clip=0.0 is invalid; expected a finite number > 0"),
+        ({"grad_clip": -1.0}, ValueError, r"TrainConfig.grad_clip=-1.0"),
+        ({"eval_every": -5}, ValueError, r"TrainConfig.eval_every=-5 is invalid; expected an integer >= 0"),
+        ({"betas": (0.9, 1.0)}, ValueError, r"TrainConfig.betas\[1\]=1.0 is invalid; expected .* \[0, 1\)"),
+        ({"betas": (-0.1, 0.9)}, ValueError, r"TrainConfig.betas\[0\]=-0.1"),
+        ({"betas": (0.9,)}, TypeError, r"TrainConfig.betas=\(0.9,\) is invalid; expected a pair"),
+        ({"weight_decay": -0.1}, ValueError, r"TrainConfig.weight_decay=-0.1"),
+    ],
+)
+def test_train_config_rejects_bad_fields(changes, error, match):
+    with pytest.raises(error, match=match):
+        TrainConfig(**changes)
+
+
+def test_train_config_edges_are_accepted():
+    cfg = TrainConfig(steps=1, warmup_steps=0, min_lr_ratio=0.0, grad_clip=None, betas=[0.0, 0.5], eval_every=0)
+    assert cfg.betas == (0.0, 0.5) and lr_at(0, cfg) == cfg.lr, "no warm-up: the first step is at the peak"
+    assert TrainConfig(min_lr_ratio=1.0).min_lr_ratio == 1.0
+    with pytest.raises(ValueError, match="step=-1"):
+        lr_at(-1, cfg)
+
+
+def test_train_rejects_bad_arguments(gpt):
+    batch = torch.randint(11, (2, 5))
+    cfg = TrainConfig(steps=3, warmup_steps=1)
+    get = lambda step: batch  # noqa: E731
+    cases = [
+        (dict(model="gpt"), TypeError, "model must be a torch.nn.Module, got str"),
+        (dict(get_batch=batch), TypeError, "get_batch must be callable, got Tensor"),
+        (dict(loss_fn=None), TypeError, "loss_fn must be callable"),
+        (dict(config={"steps": 3}), TypeError, "config must be a TrainConfig, got dict"),
+        (dict(start_step=-1), ValueError, r"start_step=-1 is invalid; expected an integer >= 0"),
+        (dict(start_step=4), ValueError, r"start_step=4 is past the end of training; .*config.steps=3"),
+        (dict(start_step=1.0), TypeError, "start_step must be an int"),
+        (dict(progress="no"), TypeError, "progress must be a bool"),
+        (dict(eval_fn=3), TypeError, "eval_fn must be callable or None"),
+        (dict(optimizer="adam"), TypeError, "optimizer must be a torch.optim.Optimizer or None"),
+        (dict(loss_fn=lambda m, b: m(b[:, :-1]).mean(-1)), ValueError, r"loss_fn returned \(2, 4\); expected a scalar"),
+        (dict(eval_fn=lambda m: 0.5), TypeError, "eval_fn returned float; expected a dict"),
+    ]
+    for changes, error, match in cases:
+        args = {**dict(model=gpt, get_batch=get, loss_fn=lm_loss, config=cfg, progress=False), **changes}
+        with pytest.raises(error, match=match):
+            train(args.pop("model"), args.pop("get_batch"), args.pop("loss_fn"), args.pop("config"), **args)
+    assert train(gpt, get, lm_loss, cfg, progress=False, start_step=3) == [], "resuming a finished run: no step"
+
+
+def test_resuming_from_a_checkpoint_equals_one_uninterrupted_run(tmp_path):
+    """6 steps in one go == 3 steps, a crash, a checkpoint loaded into a fresh model and optimiser, 3 more."""
+    batches = torch.randint(11, (6, 4, 9), generator=torch.Generator().manual_seed(3))
+    cfg = TrainConfig(steps=6, lr=1e-2, warmup_steps=2)
+    torch.manual_seed(0)
+    straight = GPT(tiny_config())
+    history = train(straight, lambda step: batches[step], lm_loss, cfg, progress=False)
+
+    class Crash(Exception):
+        pass
+
+    def crash_at_step_3(step):
+        if step == 3:
+            raise Crash
+        return batches[step]
+
+    torch.manual_seed(0)
+    first = GPT(tiny_config())
+    opt = make_optimizer(first, cfg)
+    with pytest.raises(Crash):
+        train(first, crash_at_step_3, lm_loss, cfg, optimizer=opt, progress=False)
+    save_checkpoint(tmp_path / "ckpt.pt", first, opt, first.config, step=3)
+
+    torch.manual_seed(1)  # different initial weights: everything must come from the checkpoint
+    resumed = GPT(tiny_config())
+    resumed_opt = make_optimizer(resumed, cfg)
+    state = load_checkpoint(tmp_path / "ckpt.pt", resumed, resumed_opt)
+    rest = train(resumed, lambda step: batches[step], lm_loss, cfg, optimizer=resumed_opt, progress=False,
+                 start_step=state["step"])
+    assert [h["step"] for h in rest] == [4, 5, 6]
+    assert [h["lr"] for h in rest] == pytest.approx([h["lr"] for h in history[3:]]), "the schedule continues"
+    assert [h["loss"] for h in rest] == pytest.approx([h["loss"] for h in history[3:]], rel=1e-5)
+    for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
+        torch.testing.assert_close(a, b, msg=name)
+
+
+def test_train_loop_module_still_exports_the_loop():
+    """``companion.train_loop`` (the old path) and ``companion.training`` name the same objects."""
+    import companion.train_loop as old
+    import companion.training as new
+
+    for name in old.__all__:
+        assert getattr(old, name) is getattr(new, name), name
+    assert set(old.__all__) <= set(new.__all__)
+
+
+# --- checkpoint files (issue 13, item 10) -------------------------------------------------------------------
+
+
+def test_failed_save_keeps_the_old_checkpoint_and_names_the_path(tmp_path, gpt, monkeypatch):
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, gpt, None, gpt.config, step=1)
+    before = path.read_bytes()
+
+    def full_disk(obj, f, *args, **kwargs):
+        Path(f).write_bytes(b"half a checkpoint")
+        raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(OSError, match=r"could not write the checkpoint path='.*ckpt.pt': PytorchStreamWriter"):
+        save_checkpoint(path, gpt, None, gpt.config, step=2)
+    monkeypatch.undo()
+    assert path.read_bytes() == before, "the previous checkpoint survives"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"], "the temporary file is removed"
+    assert load_checkpoint(path, gpt)["step"] == 1
+
+
+def test_save_refuses_what_load_would_reject(tmp_path, gpt):
+    import dataclasses
+
+    import numpy as np
+
+    path = tmp_path / "ckpt.pt"
+    cases = [
+        ({**dataclasses.asdict(gpt.config), "dropout": np.float64(0.1)}, TypeError,
+         r"config\['dropout'\]=.*numpy.float64, which torch.load\(weights_only=True\) would refuse"),
+        ({"d_model": 16, "extra": object()}, TypeError, r"config\['extra'\]=.*builtins.object"),
+        ({"layers": [1, {2: np.int64(3)}]}, TypeError, r"config\['layers'\]\[1\]\[2\]"),
+        ({(1, 2): 3}, TypeError, r"config has the key \(1, 2\)"),
+    ]
+    for config, error, match in cases:
+        with pytest.raises(error, match=match):
+            save_checkpoint(path, gpt, None, config, step=0)
+    with pytest.raises(ValueError, match="step=-1"):
+        save_checkpoint(path, gpt, None, gpt.config, step=-1)
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got OrderedDict"):
+        save_checkpoint(path, gpt.state_dict(), None, gpt.config, step=0)
+    with pytest.raises(TypeError, match="optimizer must be a torch.optim.Optimizer or None, got dict"):
+        save_checkpoint(path, gpt, {}, gpt.config, step=0)
+    with pytest.raises(FileNotFoundError, match=r"path='.*missing.*ckpt.pt': the folder .* does not exist"):
+        save_checkpoint(tmp_path / "missing" / "ckpt.pt", gpt, None, gpt.config, step=0)
+    with pytest.raises(IsADirectoryError, match="is a folder"):
+        save_checkpoint(tmp_path, gpt, None, gpt.config, step=0)
+    assert list(tmp_path.iterdir()) == [], "nothing was written"
+
+
+def test_load_names_folders_missing_keys_and_optimiser_mismatch(tmp_path, gpt):
+    with pytest.raises(ValueError, match=r"checkpoint path='.*' is a folder; expected a file written by save"):
+        load_checkpoint(tmp_path, gpt)
+    incomplete = tmp_path / "incomplete.pt"
+    torch.save({"format": "companion-checkpoint-v1", "model": gpt.state_dict(), "step": 0}, incomplete)
+    with pytest.raises(ValueError, match=r"lacks the key\(s\) \['optimizer', 'config'\]"):
+        load_checkpoint(incomplete, gpt)
+    path = tmp_path / "ckpt.pt"
+    adamw = make_optimizer(gpt, TrainConfig())
+    save_checkpoint(path, gpt, adamw, gpt.config, step=0)
+    assert load_checkpoint(path)["optimizer_class"] == "AdamW"
+    sgd = torch.optim.SGD(gpt.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="holds AdamW state, but optimizer is a SGD; expected the same optimizer"):
+        load_checkpoint(path, gpt, sgd)
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module or None, got dict"):
+        load_checkpoint(path, {})
+
+
+# --- the command line (issue 13, item 11) -------------------------------------------------------------------
+
+_SMALL_RUN = ["--steps", "1", "--batch-size", "2", "--seq-len", "8", "--d-model", "8", "--n-heads", "2",
+              "--no-progress"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--steps", "0"], r"--steps=0 is invalid; expected an integer >= 1"),
+        (["--batch-size", "0"], r"--batch-size=0 is invalid; expected an integer >= 1"),
+        (["--seq-len", "-3"], r"--seq-len=-3 is invalid"),
+        (["--d-model", "0"], r"--d-model=0 is invalid"),
+        (["--n-layers", "0"], r"--n-layers=0 is invalid"),
+        (["--n-heads", "0"], r"--n-heads=0 is invalid"),
+        (["--seq-len", "100000"], r"--seq-len=100000 is too long for the character corpus of \d+ characters"),
+        (["--d-model", "10", "--n-heads", "3"], r"--d-model=10 is not divisible by --n-heads=3"),
+        (["--lr", "0"], r"--lr=0.0 is invalid; expected a finite number > 0"),
+        (["--lr", "nan"], r"--lr=nan is invalid"),
+        (["--warmup", "-1"], r"--warmup=-1 is invalid; expected an integer >= 0"),
+        (["--seed", "-1"], r"--seed=-1 is invalid"),
+        (["--save", "{tmp}/no-such-folder/x.pt"], r"--save='.*no-such-folder/x.pt': the folder .* does not exist"),
+        (["--save", "{tmp}"], r"--save='.*' is a folder; expected a file name"),
+        (["--save", "{tmp}/{{oops}}.pt"], r"--save=.* is not a valid path template"),
+        (["--steps", "many"], r"argument --steps: invalid int value: 'many'"),
+    ],
+)
+def test_command_line_rejects_bad_arguments_before_training(args, match, tmp_path, capsys, monkeypatch):
+    """Each failure: exit status 2 and ONE line on stderr, raised before any model is built."""
+    import companion.training.ddp as ddp
+
+    monkeypatch.setattr(ddp, "train", lambda *a, **k: pytest.fail("training started"))
+    args = [a.format(tmp=tmp_path) if a.startswith("{tmp}") else a for a in args]
+    with pytest.raises(SystemExit) as info:
+        main([*_SMALL_RUN, *args])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("python -m companion.training: error: "), err
+    assert re.search(match, err), err
+
+
+def test_command_line_batch_must_split_over_the_processes(capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(SystemExit) as info:
+        main([*_SMALL_RUN, "--batch-size", "8"])
+    assert info.value.code == 2
+    assert "--batch-size=8 is not divisible by the number of processes 3" in capsys.readouterr().err
+
+
+def test_command_line_in_a_subprocess_prints_one_line_and_no_traceback(tmp_path):
+    """The real entry point, ``python -m companion.training``: exit status 2, one line, no traceback."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "companion.training", *_SMALL_RUN, "--save", str(tmp_path / "missing" / "x.pt")]
+    done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "--save=" in done.stderr and "does not exist" in done.stderr
+    assert done.stdout == ""
+
+
+# --- discoverable (issue 13, item 6) ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["companion._files", "companion.checkpoints", "companion.train_loop", "companion.training",
+     "companion.training.losses", "companion.training.schedule", "companion.training.loop", "companion.training.ddp",
+     "companion.tokens", "companion.tokens.base", "companion.tokens.bpe", "companion.tokens.char",
+     "companion.tokens.wordpiece", "companion.data", "companion.data.translation", "companion.data.corpus",
+     "companion.data.markov"],
+)  # fmt: skip
+def test_training_tokens_and_data_modules_declare_all(name):
+    import importlib
+
+    module = importlib.import_module(name)
+    assert isinstance(module.__all__, list) and len(set(module.__all__)) == len(module.__all__)
+    missing = [n for n in module.__all__ if getattr(module, n, None) is None]
+    assert not missing, f"{name}.__all__ names what it does not define: {missing}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from companion._checks import check_same_dtype_device, check_tensor
+from companion._checks import ID_DTYPES, check_same_dtype_device, check_tensor
 
 __all__ = ["KVCache"]
 
@@ -26,9 +26,9 @@ class KVCache:
     keys are stored *after* RoPE. The caller still passes the attention mask for the new queries against
     all ``S = length`` keys, e.g. ``causal_mask(T, cache.length + T)``; for one new token no mask is needed.
 
-    Cross-attention (``MultiHeadAttention(x, context=enc, kv_cache=cache)``): on the first call (empty
-    cache) the layer projects ``context`` once and stores it with :meth:`update`; on later calls, while
-    the cache is non-empty, it reuses :attr:`k`/:attr:`v` and does **not** look at ``context`` again (still
+    Cross-attention (``MultiHeadAttention(x, memory=enc, kv_cache=cache)``): on the first call (empty
+    cache) the layer projects ``memory`` once and stores it with :meth:`update`; on later calls, while
+    the cache is non-empty, it reuses :attr:`k`/:attr:`v` and does **not** look at ``memory`` again (still
     pass it: it tells the layer that this is cross-attention). Use one cache per layer and per kind, and
     :meth:`reset` (or a new cache) for a new batch or a new source sentence.
 
@@ -63,7 +63,14 @@ class KVCache:
             index: (B_new,) integer -> k, v become (B_new, H_kv, S, D_h)
         """
         check_tensor("index", index, ndim=1)
+        if index.dtype not in ID_DTYPES:
+            raise TypeError(f"index must hold integer row numbers, got dtype {index.dtype}")
         if self.k is not None and self.v is not None:
+            rows = self.k.shape[0]
+            low, high = int(index.min()), int(index.max())  # one read-back per beam step, not per layer call
+            if low < 0 or high >= rows:
+                bad = low if low < 0 else high
+                raise ValueError(f"index holds row {bad}; expected 0 <= index < {rows} (the cached batch size)")
             self.k = self.k.index_select(0, index.to(self.k.device))  # (B_new, H_kv, S, D_h)
             self.v = self.v.index_select(0, index.to(self.v.device))  # (B_new, H_kv, S, D_h)
 

@@ -17,7 +17,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from companion._checks import check_divisible, check_positive_int, check_same_dtype_device, check_tensor
+from companion._checks import (
+    check_bool,
+    check_divisible,
+    check_dropout,
+    check_positive_int,
+    check_same_dtype_device,
+    check_tensor,
+)
+from companion._renames import renamed
 from companion.attention.kv_cache import KVCache
 from companion.attention.sdpa import _check_mask, scaled_dot_product_attention
 
@@ -34,9 +42,10 @@ def split_heads(x: Tensor, n_heads: int) -> Tensor:
         x: (B, T, D) -> (B, H, T, D_h) with D_h = D // H.
     """
     check_tensor("x", x, ndim=3)
+    check_positive_int("n_heads", n_heads)
     b, t, d = x.shape
     if d % n_heads != 0:
-        raise ValueError(f"the last dimension of x ({d}) is not divisible by n_heads={n_heads}")
+        raise ValueError(f"n_heads={n_heads} does not divide the last dimension of x ({d}, shape {tuple(x.shape)})")
     return x.view(b, t, n_heads, d // n_heads).transpose(1, 2)  # (B, H, T, D_h)
 
 
@@ -112,8 +121,9 @@ class MultiHeadAttention(nn.Module):
         check_positive_int("n_kv_heads", n_kv_heads)
         check_divisible("d_model", d_model, "n_heads", n_heads)
         check_divisible("n_heads", n_heads, "n_kv_heads", n_kv_heads)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout={dropout} is invalid; expected 0 <= dropout < 1")
+        check_bool("bias", bias)
+        check_dropout("dropout", dropout)
+        check_bool("use_sdpa", use_sdpa)
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.head_dim = d_model // n_heads
         self.dropout, self.rope, self.use_sdpa = dropout, rope, use_sdpa
@@ -122,41 +132,42 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(n_heads * self.head_dim, d_model, bias=bias)
 
-    def _check_inputs(self, x: Tensor, context: Tensor | None, kv_cache: KVCache | None) -> None:
+    def _check_inputs(self, x: Tensor, memory: Tensor | None, kv_cache: KVCache | None) -> None:
         check_tensor("x", x, ndim=3)
         if x.shape[-1] != self.d_model:
             raise ValueError(f"x has last dimension {x.shape[-1]}, expected d_model={self.d_model}")
         check_same_dtype_device(x=x, q_proj_weight=self.q_proj.weight)
-        if context is not None:
-            check_tensor("context", context, ndim=3)
-            if context.shape[-1] != self.d_model:
-                raise ValueError(f"context has last dim {context.shape[-1]}, expected d_model={self.d_model}")
-            if context.shape[0] != x.shape[0]:
-                raise ValueError(f"context has batch size {context.shape[0]} but x has {x.shape[0]}")
-            check_same_dtype_device(x=x, context=context)
+        if memory is not None:
+            check_tensor("memory", memory, ndim=3)
+            if memory.shape[-1] != self.d_model:
+                raise ValueError(f"memory has last dim {memory.shape[-1]}, expected d_model={self.d_model}")
+            if memory.shape[0] != x.shape[0]:
+                raise ValueError(f"memory has batch size {memory.shape[0]} but x has {x.shape[0]}")
+            check_same_dtype_device(x=x, memory=memory)
         if kv_cache is not None and not isinstance(kv_cache, KVCache):
             raise TypeError(f"kv_cache must be a KVCache or None, got {type(kv_cache).__name__}")
 
+    @renamed(context="memory")
     def forward(
         self,
         x: Tensor,
-        context: Tensor | None = None,
+        memory: Tensor | None = None,
         mask: Tensor | None = None,
         kv_cache: KVCache | None = None,
         return_weights: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
-        """Self-attention over ``x``, or cross-attention from ``x`` to ``context`` if it is given.
+        """Self-attention over ``x``, or cross-attention from ``x`` to ``memory`` (the encoder output H) if given.
 
         ``mask`` is boolean (``True`` = may attend) or additive, broadcastable to (B, H, T, S), typically
         (T, S) or (B, 1, 1, S). With ``kv_cache`` see :class:`KVCache` for what is stored and reused.
 
         Shapes:
-            x: (B, T, D); context: (B, S, D); returns out (B, T, D), and weights (B, H, T, S).
+            x: (B, T, D); memory: (B, S, D); returns out (B, T, D), and weights (B, H, T, S).
         """
-        self._check_inputs(x, context, kv_cache)
+        self._check_inputs(x, memory, kv_cache)
         b, t, _ = x.shape
         q = split_heads(self.q_proj(x), self.n_heads)  # (B, H, T, D_h)
-        if context is None:  # self-attention
+        if memory is None:  # self-attention
             k = split_heads(self.k_proj(x), self.n_kv_heads)  # (B, H_kv, T, D_h)
             v = split_heads(self.v_proj(x), self.n_kv_heads)  # (B, H_kv, T, D_h)
             if self.rope is not None:
@@ -167,24 +178,24 @@ class MultiHeadAttention(nn.Module):
         elif kv_cache is not None and kv_cache.length > 0:  # cross-attention, encoder K/V already cached
             k, v = kv_cache.k, kv_cache.v  # (B, H_kv, S, D_h)
         else:  # cross-attention: keys and values come from the encoder output
-            k = split_heads(self.k_proj(context), self.n_kv_heads)  # (B, H_kv, S, D_h)
-            v = split_heads(self.v_proj(context), self.n_kv_heads)  # (B, H_kv, S, D_h)
+            k = split_heads(self.k_proj(memory), self.n_kv_heads)  # (B, H_kv, S, D_h)
+            v = split_heads(self.v_proj(memory), self.n_kv_heads)  # (B, H_kv, S, D_h)
             if kv_cache is not None:
                 kv_cache.update(k, v)
         n_rep = self.n_heads // self.n_kv_heads
-        dropout_p = self.dropout if self.training else 0.0
+        dropout = self.dropout if self.training else 0.0
         if self.use_sdpa and not return_weights:
             if mask is not None:
                 _check_mask(mask, (b, self.n_heads, t, k.shape[-2]), q.device)
                 if mask.dtype != torch.bool:
                     mask = mask.to(q.dtype)  # PyTorch wants a float mask in the query's dtype
             out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout_p, enable_gqa=n_rep > 1
+                q, k, v, attn_mask=mask, dropout_p=dropout, enable_gqa=n_rep > 1
             )  # (B, H, T, D_h)
             weights = None
         else:
             k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, S, D_h)
-            out, weights = scaled_dot_product_attention(q, k, v, mask, True, dropout_p=dropout_p)
+            out, weights = scaled_dot_product_attention(q, k, v, mask, True, dropout=dropout)
         out = merge_heads(out)  # (B, T, D)
         out = self.o_proj(out)  # (B, T, D)
         return (out, weights) if return_weights else out

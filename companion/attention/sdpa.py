@@ -2,7 +2,9 @@
 
 Implements ``Attention(Q, K, V) = softmax(Q Kᵀ / √D_h + mask) V`` from Vaswani et al., *Attention Is All
 You Need* (2017, §3.2.1), written out step by step, with a softmax that is computed in float32 for half
-precision and returns zeros (not NaN) for a fully masked row.
+precision and returns zeros (not NaN) for a fully masked row. For fp16/bf16 inputs the scores
+``Q Kᵀ`` themselves are computed in float32 too: in fp16 a dot product of 64 values of size 300 is
+already past the largest fp16 number (65,504), and the row would turn into NaN.
 
 Checked against (``tests/test_attention.py``): ``torch.nn.functional.scaled_dot_product_attention``.
 Masks follow :mod:`companion.masks`: boolean ``True`` = may attend, or additive 0 / ``-inf``.
@@ -17,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from companion._checks import check_same_dtype_device, check_tensor
+from companion._checks import check_dropout, check_mask, check_positive_float, check_same_dtype_device, check_tensor
+from companion._renames import renamed
 
 __all__ = ["scaled_dot_product_attention", "softmax"]
 
@@ -36,17 +39,26 @@ def softmax(x: Tensor, dim: int = -1) -> Tensor:
     A row that is entirely ``-inf`` (every key masked) returns **zeros**, not NaN (which is what
     ``torch.softmax`` gives: 0 / 0): there is nothing to attend to, so that query's output is the zero
     vector, and no NaN leaks into the gradients either.
+
+    Raises:
+        TypeError: ``x`` is not a floating-point tensor. ValueError: ``x`` is empty, or ``dim`` is not one
+        of its dimensions.
     """
     check_tensor("x", x)
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point tensor, got dtype {x.dtype} (convert with .float())")
+    if x.numel() == 0:
+        raise ValueError(f"x is empty (shape {tuple(x.shape)}); expected at least one element")
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"dim must be an int, got {dim!r}")
+    if not -x.dim() <= dim < max(x.dim(), 1):
+        raise ValueError(f"dim={dim} is out of range for x with {x.dim()} dims (shape {tuple(x.shape)})")
     out_dtype = x.dtype
     dead = x.amax(dim=dim, keepdim=True) == float("-inf")  # rows with nothing to attend to
-    any_dead = bool(dead.any())
-    if any_dead:
-        x = x.masked_fill(dead, 0.0)  # any finite row will do; it is zeroed below (and gets zero gradient)
+    # No `if dead.any()`: reading it back would cost a device sync on every call (every decoding step).
+    x = x.masked_fill(dead, 0.0)  # any finite row will do; it is zeroed below (and gets zero gradient)
     out = torch.softmax(x, dim=dim, dtype=torch.float32 if out_dtype in _HALF else None)
-    if any_dead:
-        out = out.masked_fill(dead, 0.0)
-    return out.to(out_dtype)
+    return out.masked_fill(dead, 0.0).to(out_dtype)
 
 
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
@@ -70,24 +82,10 @@ def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
 
 
 def _check_mask(mask: Tensor, scores_shape: tuple[int, ...], device: torch.device) -> None:
-    check_tensor("mask", mask)
-    if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
-        raise TypeError(f"mask must be bool (True = may attend) or additive float, got dtype {mask.dtype}")
-    if mask.device != device:
-        raise ValueError(f"mask is on {mask.device} but q is on {device}; expected one device")
-    ok = mask.dim() <= len(scores_shape)
-    if ok:
-        try:
-            ok = torch.broadcast_shapes(mask.shape, scores_shape) == torch.Size(scores_shape)
-        except RuntimeError:
-            ok = False
-    if not ok:
-        raise ValueError(
-            f"mask has shape {tuple(mask.shape)}, which does not broadcast to the scores shape "
-            f"(..., T, S) = {tuple(scores_shape)}"
-        )
+    check_mask("mask", mask, scores_shape, device)
 
 
+@renamed(dropout_p="dropout")
 def scaled_dot_product_attention(
     q: Tensor,
     k: Tensor,
@@ -95,23 +93,34 @@ def scaled_dot_product_attention(
     mask: Tensor | None = None,
     return_weights: bool = False,
     *,
-    dropout_p: float = 0.0,
+    dropout: float = 0.0,
     scale: float | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """``softmax(q kᵀ · scale + mask) v``, written out step by step (scale defaults to ``1/√D_h``).
 
-    ``mask`` is boolean (``True`` = may attend) or additive (0 / ``-inf``); a query whose keys are all
-    masked gets the zero vector (see :func:`softmax`). ``dropout_p`` drops attention weights (pass 0 at
-    evaluation time, as with the PyTorch function). The returned weights are those before dropout.
+    ``mask`` is boolean (``True`` = may attend) or additive (0 / finite bias / ``-inf``); a query whose
+    keys are all masked gets the zero vector (see :func:`softmax`). ``dropout`` drops attention weights
+    (pass 0 at evaluation time, as with the PyTorch function; the old name ``dropout_p`` is still
+    accepted). The returned weights are those before dropout. fp16/bf16 inputs: scores, softmax and the
+    weighted sum run in float32 and the output is cast back.
 
     Shapes:
         q: (..., T, D_h); k: (..., S, D_h); v: (..., S, D_v); mask broadcastable to (..., T, S).
         returns out (..., T, D_v), and weights (..., T, S) if ``return_weights``.
+
+    Raises:
+        ValueError: ``scale`` not a finite number > 0, ``dropout`` outside [0, 1), a mask holding NaN or
+        +inf, shapes that do not fit.
     """
     _check_qkv(q, k, v)
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p={dropout_p} is invalid; expected 0 <= dropout_p < 1")
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    check_dropout("dropout", dropout)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    else:
+        check_positive_float("scale", scale)
+    dtype = q.dtype
+    if dtype in _HALF:  # float32 scores: a half-precision Q Kᵀ overflows long before the softmax sees it
+        q, k, v = q.float(), k.float(), v.float()
     scores = (q * scale) @ k.transpose(-2, -1)  # (..., T, S)
     if mask is not None:
         _check_mask(mask, tuple(scores.shape), q.device)
@@ -120,6 +129,6 @@ def scaled_dot_product_attention(
         else:
             scores.add_(mask)
     weights = softmax(scores, dim=-1)  # (..., T, S), rows sum to 1 (or 0 if fully masked)
-    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
-    out = dropped @ v  # (..., T, D_v)
-    return (out, weights) if return_weights else out
+    dropped = F.dropout(weights, p=dropout) if dropout > 0.0 else weights
+    out = (dropped @ v).to(dtype)  # (..., T, D_v)
+    return (out, weights.to(dtype)) if return_weights else out

@@ -1,68 +1,84 @@
-"""Check your own implementation of a course idea against the companion package.
+"""Check your own answers to the course's exercises against the companion package.
 
-Usage in a chapter::
+Usage in a chapter (or its workbook)::
 
-    from companion import exercises
+    from companion.exercises import check
 
-    def my_softmax(x, dim=-1):
+    def my_softmax(x, dim=-1):                 # write / fix: hand in a function
         e = (x - x.amax(dim, keepdim=True)).exp()
         return e / e.sum(dim, keepdim=True)
 
-    exercises.check("softmax", my_softmax)   # prints "✅ softmax: all 6 cases match", returns True
-    exercises.list()                          # the available checks and the signature each expects
+    _ = check("softmax", my_softmax)           # prints "✅ PASS softmax: all 6 cases match", returns True
+    _ = check("some_prediction", 4096)         # predict / choose: hand in a value (number, "b", dict ...)
 
-``check`` calls your function on several inputs made from fixed seeds plus edge cases (huge logits, a
-single token, rows masked all but one, batch dimensions), compares with the package's own function
-(never a second copy of it), and prints one verdict. On a mismatch it names the first failing case, the
-largest error and where it is, and a hint; when your output matches a well-known mistake (softmax over
-the wrong axis, no 1/√d_k, masking after the softmax, mixed RoPE pairings, unbiased variance, heads split
-without a transpose, overlapping BPE merges, ...) the hint names that mistake. A wrong answer, or an
-exception raised by your function, never raises: ``check`` returns False.
+    from companion import exercises
+    exercises.list_checks()                     # every check, grouped by chapter, with what it expects
 
-The checks and the functions they expect (inputs are float32 tensors unless said otherwise):
+A function check calls your function on several inputs made from fixed seeds plus edge cases, compares with
+the package's own function (never a second copy of it), and prints one verdict. On a mismatch it names the
+first failing case, the largest error and where it is, and a hint; when your output matches a well-known
+mistake (softmax over the wrong axis, no 1/√d_k, masking after the softmax, ...) the hint names that
+mistake. A value check compares your answer with a tolerance and names the mistake behind well-known wrong
+answers. Verdicts read ``✅ PASS name: ...`` or ``❌ FAIL name: ...`` followed by ``Hint: ...``.
 
-==============================  ==================================================================
-name                            your function
-==============================  ==================================================================
-softmax                         fn(x, dim=-1) -> same shape and dtype as x
-scaled_dot_product_attention    fn(q, k, v, mask=None) -> out; bool mask, True = may attend
-split_heads                     fn(x (B, T, D), n_heads) -> (B, H, T, D_h)
-merge_heads                     fn(x (B, H, T, D_h)) -> (B, T, D)
-causal_mask                     fn(t) -> (T, T): bool (True = may attend) or additive float (0 / -inf)
-sinusoidal_encoding             fn(seq_len, d_model) -> (T, D)
-rope                            fn(x (T, D_h), positions (T,)) -> (T, D_h); adjacent pairs (RoFormer)
-rope_half                       fn(x (T, D_h), positions (T,)) -> (T, D_h); half pairs (HF Llama)
-layer_norm                      fn(x (..., D), gamma (D,), beta (D,), eps=1e-5) -> (..., D)
-bpe_merge                       fn(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]
-rms_norm                        fn(x (..., D), weight (D,), eps=1e-6) -> (..., D)
-swiglu                          fn(x, gate_weight, up_weight, down_weight) -> (..., D); nn.Linear layout
-top_p_filter                    fn(logits (..., V), p) -> logits with the dropped tokens at -inf
-==============================  ==================================================================
+``check`` never raises for a wrong answer: an exception inside your function, a stub that still raises
+``NotImplementedError`` ("not implemented yet — ..."), a case that runs longer than its time limit
+(:data:`companion.exercises._runner.TIME_LIMIT_S`, 5 s per case by default, set by the environment variable
+``COMPANION_CHECK_TIME_LIMIT``), or even a bug in the check itself prints ❌ FAIL and returns False, so Run
+All goes on. Only a misuse raises: an unknown check name (ValueError) or a non-function handed to a
+function check (TypeError).
 
-References: :mod:`companion.attention`, :mod:`companion.masks`, :mod:`companion.positions`,
-:mod:`companion.layers`, :mod:`companion.tokens`, :mod:`companion.generation`, imported when a check runs.
-Running a check does not touch the global random state (each case uses its own seeded generator).
+The checks live in one module per chapter, ``companion/exercises/chNN_<topic>.py``; each defines
+``CHAPTER = "NN_topic"`` (the notebook's name) and ``CHECKS: list[Check]``. Every ``ch*.py`` module is
+found automatically, in sorted order. Running a check does not touch the global random state (each case
+uses its own seeded generator). ``python -m companion.exercises`` lists the exercises; see ``--help``.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from companion._checks import check_choice
-from companion.exercises import _attention, _layers_tokens, _norms_ffn, _positions
-from companion.exercises._runner import Check, run
+from companion.exercises._runner import Case as Case  # re-exported for chapter modules and tests
+from companion.exercises._runner import Check as Check
+from companion.exercises._runner import choice_check as choice_check
+from companion.exercises._runner import run
+from companion.exercises._runner import seeded as seeded
+from companion.exercises._runner import value_check as value_check
 
-__all__ = ["check", "list", "list_checks"]
+__all__ = ["check", "list_checks"]
 
-_ORDER = [
-    *_attention.CHECKS,  # chapters 3-4: softmax, attention, split/merge heads
-    *_positions.CHECKS,  # chapters 5 and 7: causal mask, sinusoidal, rope, rope_half
-    *_layers_tokens.CHECKS,  # chapters 1 and 6: layer_norm, bpe_merge
-    *_norms_ffn.CHECKS,  # chapter 6: rms_norm, swiglu
-    _attention.TOP_P,  # chapter 9
-]
-CHECKS: dict[str, Check] = {c.name: c for c in _ORDER}
+
+def _chapter_modules() -> list[ModuleType]:
+    names = sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name.startswith("ch"))
+    return [importlib.import_module(f"{__name__}.{name}") for name in names]
+
+
+def _registry() -> tuple[dict[str, Check], dict[str, list[Check]]]:
+    checks: dict[str, Check] = {}
+    owner: dict[str, str] = {}
+    by_chapter: dict[str, list[Check]] = {}
+    for module in _chapter_modules():
+        chapter = getattr(module, "CHAPTER", None)
+        found = getattr(module, "CHECKS", None)
+        if not isinstance(chapter, str) or not isinstance(found, list):
+            raise ImportError(f"{module.__name__} must define CHAPTER (a str) and CHECKS (a list of Check)")
+        for c in found:
+            if not isinstance(c, Check):
+                raise ImportError(f"{module.__name__}.CHECKS holds {type(c).__name__}, expected Check")
+            if c.name in checks:
+                raise ImportError(f"check {c.name!r} is defined twice: in {owner[c.name]} and {module.__name__}")
+            checks[c.name] = c
+            owner[c.name] = module.__name__
+            by_chapter.setdefault(chapter, []).append(c)
+    return checks, by_chapter
+
+
+CHECKS, CHAPTERS = _registry()  # name -> Check; chapter ("03_attention") -> its checks, in chapter order
 
 
 class CheckTable(dict):
@@ -70,8 +86,14 @@ class CheckTable(dict):
 
     def __repr__(self) -> str:
         width = max(len(name) for name in self)
-        lines = [f"{name.ljust(width)}  {CHECKS[name].description}\n{' ' * width}  {CHECKS[name].signature}"
-                 for name in self]
+        lines = []
+        for chapter, checks in CHAPTERS.items():
+            names = [c.name for c in checks if c.name in self]
+            if names:
+                lines.append(f"{chapter}:")
+            for name in names:
+                lines.append(f"  {name.ljust(width)}  {CHECKS[name].description}")
+                lines.append(f"  {' ' * width}  {CHECKS[name].signature}")
         return "\n".join(lines)
 
     __str__ = __repr__
@@ -80,31 +102,40 @@ class CheckTable(dict):
         printer.text(repr(self))
 
 
-def list_checks() -> CheckTable:
-    """The available checks: a dict name -> one-line description that displays as a table with signatures."""
-    return CheckTable((c.name, c.description) for c in _ORDER)
+def list_checks(chapter: str | None = None) -> CheckTable:
+    """The available checks (of one ``chapter`` such as "03_attention", or all): a dict name -> one-line
+    description that displays as a table, grouped by chapter, with signatures."""
+    if chapter is not None:
+        check_choice("chapter", chapter, CHAPTERS)
+        return CheckTable((c.name, c.description) for c in CHAPTERS[chapter])
+    return CheckTable((c.name, c.description) for checks in CHAPTERS.values() for c in checks)
 
 
 def _normalise(name: str) -> str:
     return name.strip().lower().replace("-", "_").replace(" ", "_")
 
 
-def check(name: str, fn: Callable[..., Any]) -> bool:
-    """Run your function ``fn`` against the companion package on the cases of check ``name``.
+def check(name: str, answer: Callable[..., Any] | Any) -> bool:
+    """Check your ``answer`` to exercise check ``name``: a function (write / fix) or a value (predict / choose).
 
-    Prints one line: "✅ softmax: all 6 cases match", or the first failing case with its error and a hint.
-    Returns True if every case matches, False otherwise; an exception inside ``fn`` counts as a failure.
+    Prints one verdict ("✅ PASS softmax: all 6 cases match", or "❌ FAIL ..." with the first failing case
+    and a hint) and returns True if the answer is right, False otherwise. A wrong answer never raises.
 
     Raises:
-        TypeError: ``name`` is not a string, or ``fn`` is not callable.
+        TypeError: ``name`` is not a string, or a function check gets something that is not callable.
         ValueError: ``name`` is not one of the checks listed by :func:`list_checks`.
     """
     if not isinstance(name, str):
         raise TypeError(f"name must be a str such as 'softmax', got {type(name).__name__}")
-    if not callable(fn):
-        raise TypeError(f"fn must be callable (your function), got {type(fn).__name__}")
-    check_choice("name", _normalise(name), CHECKS)
-    return run(CHECKS[_normalise(name)], fn)
+    key = _normalise(name)
+    check_choice("name", key, CHECKS)
+    target = CHECKS[key]
+    if target.kind == "function" and not callable(answer):
+        raise TypeError(f"check {key!r} expects your function ({target.signature}), got {type(answer).__name__}")
+    return run(target, answer)
 
 
-list = list_checks  # noqa: A001  the name DESIGN.md promises; the module itself never calls the builtin
+def __getattr__(attr: str) -> Any:
+    if attr == "list":  # exercises.list(): kept as an attribute for older text, never exported by `import *`
+        return list_checks
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")

@@ -17,12 +17,17 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from companion._renames import renamed
 from companion.attention import KVCache, MultiHeadAttention
 from companion.embeddings import TokenEmbedding
 from companion.layers import ResidualBlock, make_ffn, make_norm
 from companion.masks import causal_mask, combine_masks, sliding_window_mask
 from companion.models.config import ModelConfig
 from companion.positions import LearnedPositionalEmbedding, RotaryEmbedding, alibi_bias, sinusoidal_encoding
+
+__all__ = [
+    "DecoderLayer", "DecoderLayerCache", "Embeddings", "EncoderLayer", "attention_mask", "init_weights", "make_rope",
+]
 
 
 class Embeddings(nn.Module):
@@ -65,19 +70,20 @@ def make_rope(config: ModelConfig) -> RotaryEmbedding | None:
     )  # fmt: skip
 
 
+@renamed(padding="padding_mask")
 def attention_mask(
     config: ModelConfig,
     t: int,
     s: int,
     *,
     causal: bool,
-    padding: Tensor | None = None,
+    padding_mask: Tensor | None = None,
     device: torch.device | None = None,
 ) -> Tensor | None:
     """The mask for T new queries (the last T of S positions) in self-attention.
 
     Combines: causal (decoder) or none (encoder); the sliding window if ``config.sliding_window``; the
-    ``padding`` mask (B, 1, 1, S), True = real token; and ALiBi's additive bias (H, T, S).
+    ``padding_mask`` (B, 1, 1, S), True = real token; and ALiBi's additive bias (H, T, S).
     Returns None when nothing is masked (an encoder without padding, or one cached query).
 
     Shapes: returns (T, S), (B, 1, T, S), (H, T, S) or (B, H, T, S); bool, or float if ALiBi is used.
@@ -90,7 +96,7 @@ def attention_mask(
     bias = None
     if config.positions == "alibi":
         bias = alibi_bias(config.n_heads, s)[:, s - t :, :].to(device)  # (H, T, S): rows of the new queries
-    return combine_masks(structure, padding, bias)
+    return combine_masks(structure, padding_mask, bias)
 
 
 class EncoderLayer(nn.Module):
@@ -116,6 +122,16 @@ class DecoderLayerCache:
     self_attn: KVCache = field(default_factory=KVCache)
     cross_attn: KVCache = field(default_factory=KVCache)
 
+    @property
+    def length(self) -> int:
+        """Target positions decoded so far (the self-attention cache's length)."""
+        return self.self_attn.length
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` of both caches (beam search). Shapes: index (B_new,) integer."""
+        self.self_attn.reorder(index)
+        self.cross_attn.reorder(index)
+
 
 class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention to the encoder output (if ``cross_attention``), then FFN.
@@ -134,15 +150,17 @@ class DecoderLayer(nn.Module):
         self.ffn = make_ffn(config.activation, config.d_model, config.d_ff, bias=config.bias, dropout=config.dropout)
         self.ffn_block = _residual(config)
 
+    @renamed(memory_mask="padding_mask")
     def forward(
         self,
         x: Tensor,
         memory: Tensor | None = None,
         mask: Tensor | None = None,
-        memory_mask: Tensor | None = None,
+        padding_mask: Tensor | None = None,
         cache: DecoderLayerCache | KVCache | None = None,
     ) -> Tensor:
-        """Shapes: x (B, T, D), memory H (B, S_src, D), mask to (B, H, T, S), memory_mask to (B, 1, 1, S_src).
+        """Shapes: x (B, T, D), memory H (B, S_src, D), mask to (B, H, T, S), padding_mask (the source's,
+        for cross-attention) to (B, 1, 1, S_src).
 
         ``cache``: a ``KVCache`` (decoder-only) or a ``DecoderLayerCache`` (encoder-decoder).
         Returns (B, T, D).
@@ -154,7 +172,7 @@ class DecoderLayer(nn.Module):
             if memory is None:
                 raise ValueError("memory (the encoder output H) is required by a decoder layer with cross-attention")
             x = self.cross_attn_block(
-                x, lambda h: self.cross_attn(h, context=memory, mask=memory_mask, kv_cache=cross_cache)
+                x, lambda h: self.cross_attn(h, memory=memory, mask=padding_mask, kv_cache=cross_cache)
             )
         return self.ffn_block(x, self.ffn)
 

@@ -26,6 +26,8 @@ from torch import Tensor
 from companion.models.config import ModelConfig
 from companion.models.transformer import GPT
 
+__all__ = ["load_gpt2_state_dict", "load_llama_state_dict"]
+
 
 def _strip(sd: Mapping[str, Tensor], prefix: str) -> dict[str, Tensor]:
     return {(k[len(prefix) :] if k.startswith(prefix) else k): v for k, v in sd.items()}

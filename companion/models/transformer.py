@@ -17,7 +17,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from companion._checks import check_tensor
+from companion._checks import check_positive_int, check_probability, check_tensor, check_token_id, check_token_ids
+from companion._renames import renamed
 from companion.attention import KVCache
 from companion.embeddings import tie_weights
 from companion.layers import make_norm
@@ -41,13 +42,44 @@ def num_parameters(model: nn.Module, *, trainable_only: bool = False) -> int:
 
 
 def _check_ids(name: str, ids: Tensor, offset: int, max_seq_len: int) -> None:
-    check_tensor(name, ids, ndim=2)
+    check_token_ids(name, ids, ndim=2)  # dtype and shape only; TokenEmbedding checks the range
     if offset + ids.size(1) > max_seq_len:
         cached = f" after {offset} cached positions" if offset else ""
         raise ValueError(
             f"{name} has length {ids.size(1)}{cached}, {offset + ids.size(1)} positions in all; "
             f"expected at most max_seq_len={max_seq_len}"
         )
+
+
+def _check_caches(kv_caches: list | None, n_layers: int, kind: type) -> int:
+    """Check a list of per-layer caches (from ``new_kv_caches``) and return how many positions they hold.
+
+    Host-side checks only (types, lengths, identities): no device sync per decoding step.
+    """
+    if kv_caches is None:
+        return 0
+    if not isinstance(kv_caches, (list, tuple)):
+        raise TypeError(
+            f"kv_caches must be a list of {kind.__name__} (from new_kv_caches()), got {type(kv_caches).__name__}"
+        )
+    if len(kv_caches) != n_layers:
+        raise ValueError(f"kv_caches has {len(kv_caches)} caches; expected one per layer ({n_layers})")
+    for i, cache in enumerate(kv_caches):
+        if not isinstance(cache, kind):
+            raise TypeError(
+                f"kv_caches[{i}] is a {type(cache).__name__}; expected a {kind.__name__} (new_kv_caches())"
+            )
+    pairs = kind is DecoderLayerCache  # an encoder-decoder layer holds two caches
+    parts = [c for cache in kv_caches for c in ((cache.self_attn, cache.cross_attn) if pairs else (cache,))]
+    if len({id(c) for c in parts}) != len(parts):
+        raise ValueError("kv_caches holds the same cache object more than once; expected one new cache per layer "
+                         "(use new_kv_caches(), not [KVCache()] * n)")
+    lengths = {cache.length for cache in kv_caches}
+    if len(lengths) > 1:
+        raise ValueError(
+            f"kv_caches hold different lengths {sorted(lengths)}; expected every layer's cache at one length"
+        )
+    return lengths.pop()
 
 
 def _final_norm(config: ModelConfig) -> nn.Module | None:
@@ -82,27 +114,77 @@ class GPT(nn.Module):
         """One empty ``KVCache`` per layer, to pass to ``forward`` step after step."""
         return [KVCache() for _ in self.layers]
 
-    def forward(self, ids: Tensor, kv_caches: list[KVCache] | None = None, pad_mask: Tensor | None = None) -> Tensor:
+    @classmethod
+    def from_pretrained(cls, folder: str) -> GPT:
+        """A GPT from a local Hugging Face GPT-2 or Llama folder; see ``companion.models.pretrained``."""
+        from companion.models.pretrained import from_pretrained  # imported here: pretrained imports this module
+
+        return from_pretrained(folder)
+
+    def save_pretrained(self, folder: str, *, safe_serialization: bool = True, tokenizer: object = None) -> None:
+        """Write a folder ``transformers.AutoModelForCausalLM`` loads; see ``companion.models.pretrained``."""
+        from companion.models.pretrained import save_pretrained
+
+        save_pretrained(self, folder, safe_serialization=safe_serialization, tokenizer=tokenizer)
+
+    @renamed(pad_mask="padding_mask")
+    def forward(
+        self,
+        ids: Tensor,
+        kv_caches: list[KVCache] | None = None,
+        padding_mask: Tensor | None = None,
+        *,
+        position_ids: Tensor | None = None,
+    ) -> Tensor:
         """Next-token logits for every position.
 
         With ``kv_caches`` (from ``new_kv_caches``) ``ids`` are the *new* tokens only: they sit at
         positions ``cache.length ..`` and attend to the cached keys/values as well as to each other.
-        ``pad_mask`` (B, 1, 1, S), True = real token, hides padding keys (S counts cached positions).
+        ``padding_mask`` (B, 1, 1, S), True = real token, hides padding keys (S counts cached positions).
+        ``position_ids`` (B, T), optional, gives each token's absolute position instead of
+        ``cache.length + t`` (left-padded batches: ``padding.cumsum(-1) - 1``); learned or sinusoidal
+        positions only, since RoPE and ALiBi see only offsets, which left padding does not change.
 
         Shapes: ids (B, T) -> logits (B, T, V).
         """
-        offset = 0 if kv_caches is None else kv_caches[0].length
+        offset = _check_caches(kv_caches, len(self.layers), KVCache)
         _check_ids("ids", ids, offset, self.config.max_seq_len)
-        if kv_caches is not None and len(kv_caches) != len(self.layers):
-            raise ValueError(f"kv_caches has {len(kv_caches)} caches; expected one per layer ({len(self.layers)})")
         t = ids.size(1)
-        mask = attention_mask(self.config, t, offset + t, causal=True, padding=pad_mask, device=ids.device)
-        x = self.embed(ids, offset)  # (B, T, D)
+        mask = attention_mask(self.config, t, offset + t, causal=True, padding_mask=padding_mask, device=ids.device)
+        x = self.embed(ids, offset) if position_ids is None else self._embed_at(ids, position_ids)  # (B, T, D)
         for i, layer in enumerate(self.layers):
             x = layer(x, mask=mask, cache=None if kv_caches is None else kv_caches[i])  # (B, T, D)
         if self.norm is not None:
             x = self.norm(x)
         return self.lm_head(x)  # (B, T, V)
+
+    def _embed_at(self, ids: Tensor, position_ids: Tensor) -> Tensor:
+        """Token vectors plus the absolute positions ``position_ids`` (B, T). Shapes: -> (B, T, D)."""
+        if self.config.positions not in ("learned", "sinusoidal"):
+            raise ValueError(
+                f"position_ids is supported with positions='learned' or 'sinusoidal', not "
+                f"positions={self.config.positions!r} (RoPE and ALiBi depend only on offsets)"
+            )
+        check_tensor("position_ids", position_ids, ndim=2)
+        if position_ids.shape != ids.shape or position_ids.is_floating_point() or position_ids.dtype == torch.bool:
+            raise ValueError(
+                f"position_ids has shape {tuple(position_ids.shape)} and dtype {position_ids.dtype}; "
+                f"expected integer ids of the shape of ids, {tuple(ids.shape)}"
+            )
+        if int(position_ids.min()) < 0 or int(position_ids.max()) >= self.config.max_seq_len:
+            raise ValueError(
+                f"position_ids range over {int(position_ids.min())}..{int(position_ids.max())}; "
+                f"expected 0 <= position < max_seq_len={self.config.max_seq_len}"
+            )
+        embed = self.embed
+        x = embed.token(ids)  # (B, T, D)
+        if embed.position is not None:
+            x = x + embed.position(position_ids)  # (B, T, D)
+        else:
+            x = x + embed.sinusoid[position_ids].to(x.dtype)  # (B, T, D)
+        if embed.norm is not None:
+            x = embed.norm(x)
+        return embed.dropout(x)
 
 
 class Transformer(nn.Module):
@@ -117,64 +199,69 @@ class Transformer(nn.Module):
         self.config = config
         self.embed = Embeddings(config)  # shared by source and target (2017, §3.4)
         rope = make_rope(config)
-        self.encoder_layers = nn.ModuleList(EncoderLayer(config, rope) for _ in range(config.encoder_layers))
+        self.encoder_layers = nn.ModuleList(EncoderLayer(config, rope) for _ in range(config.n_encoder_layers))
         self.encoder_norm = _final_norm(config)
         self.decoder_layers = nn.ModuleList(
-            DecoderLayer(config, rope, cross_attention=True) for _ in range(config.decoder_layers)
+            DecoderLayer(config, rope, cross_attention=True) for _ in range(config.n_decoder_layers)
         )
         self.decoder_norm = _final_norm(config)
         self.lm_head = _lm_head(config, self.embed)
-        init_weights(self, config.encoder_layers + config.decoder_layers)
+        init_weights(self, config.n_encoder_layers + config.n_decoder_layers)
 
     def new_kv_caches(self) -> list[DecoderLayerCache]:
         """Empty caches for every decoder layer: self-attention K/V and projected encoder K/V."""
         return [DecoderLayerCache() for _ in self.decoder_layers]
 
-    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        """Run the encoder once. ``src_mask`` (B, 1, 1, S), True = real token (``masks.padding_mask``).
+    @renamed(src_mask="padding_mask")
+    def encode(self, src: Tensor, padding_mask: Tensor | None = None) -> Tensor:
+        """Run the encoder once. ``padding_mask`` (B, 1, 1, S), True = real token (``masks.padding_mask``).
 
         Shapes: src (B, S) -> H (B, S, D).
         """
         _check_ids("src", src, 0, self.config.max_seq_len)
         s = src.size(1)
-        mask = attention_mask(self.config, s, s, causal=False, padding=src_mask, device=src.device)
+        mask = attention_mask(self.config, s, s, causal=False, padding_mask=padding_mask, device=src.device)
         h = self.embed(src)  # (B, S, D)
         for layer in self.encoder_layers:
             h = layer(h, mask)  # (B, S, D)
         return self.encoder_norm(h) if self.encoder_norm is not None else h
 
+    @renamed(memory_mask="padding_mask")
     def decode(
         self,
         tgt: Tensor,
         memory: Tensor,
-        memory_mask: Tensor | None = None,
+        padding_mask: Tensor | None = None,
         kv_caches: list[DecoderLayerCache] | None = None,
     ) -> Tensor:
         """Target logits given the encoder output ``memory`` (= H).
 
         With ``kv_caches`` (from ``new_kv_caches``) ``tgt`` holds only the new target tokens.
 
-        Shapes: tgt (B, T), memory (B, S, D), memory_mask (B, 1, 1, S) -> logits (B, T, V).
+        ``padding_mask`` (B, 1, 1, S), True = real source token, hides padding in the cross-attention.
+
+        Shapes: tgt (B, T), memory (B, S, D), padding_mask (B, 1, 1, S) -> logits (B, T, V).
         """
-        offset = 0 if kv_caches is None else kv_caches[0].self_attn.length
+        offset = _check_caches(kv_caches, len(self.decoder_layers), DecoderLayerCache)
         _check_ids("tgt", tgt, offset, self.config.max_seq_len)
         t = tgt.size(1)
         mask = attention_mask(self.config, t, offset + t, causal=True, device=tgt.device)
         x = self.embed(tgt, offset)  # (B, T, D)
         for i, layer in enumerate(self.decoder_layers):
             cache = None if kv_caches is None else kv_caches[i]
-            x = layer(x, memory, mask=mask, memory_mask=memory_mask, cache=cache)  # same H for every layer
+            x = layer(x, memory, mask=mask, padding_mask=padding_mask, cache=cache)  # same H for every layer
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         return self.lm_head(x)  # (B, T, V)
 
-    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None) -> Tensor:
+    @renamed(src_mask="padding_mask")
+    def forward(self, src: Tensor, tgt: Tensor, padding_mask: Tensor | None = None) -> Tensor:
         """Teacher forcing: encode ``src``, then predict every next token of ``tgt`` in parallel.
 
-        Shapes: src (B, S), tgt (B, T), src_mask (B, 1, 1, S) -> logits (B, T, V).
+        Shapes: src (B, S), tgt (B, T), padding_mask (B, 1, 1, S) -> logits (B, T, V).
         """
-        memory = self.encode(src, src_mask)  # (B, S, D)
-        return self.decode(tgt, memory, src_mask)
+        memory = self.encode(src, padding_mask)  # (B, S, D)
+        return self.decode(tgt, memory, padding_mask)
 
 
 class Encoder(nn.Module):
@@ -199,22 +286,24 @@ class Encoder(nn.Module):
             tie_weights(self.lm_head, self.embed.token)
         init_weights(self, config.n_layers)
 
-    def hidden_states(self, ids: Tensor, pad_mask: Tensor | None = None) -> Tensor:
-        """Contextual vectors of every token. ``pad_mask`` (B, 1, 1, S), True = real token.
+    @renamed(pad_mask="padding_mask")
+    def hidden_states(self, ids: Tensor, padding_mask: Tensor | None = None) -> Tensor:
+        """Contextual vectors of every token. ``padding_mask`` (B, 1, 1, S), True = real token.
 
         Shapes: ids (B, S) -> (B, S, D).
         """
         _check_ids("ids", ids, 0, self.config.max_seq_len)
         s = ids.size(1)
-        mask = attention_mask(self.config, s, s, causal=False, padding=pad_mask, device=ids.device)
+        mask = attention_mask(self.config, s, s, causal=False, padding_mask=padding_mask, device=ids.device)
         h = self.embed(ids)  # (B, S, D)
         for layer in self.layers:
             h = layer(h, mask)  # (B, S, D)
         return self.norm(h) if self.norm is not None else h
 
-    def forward(self, ids: Tensor, pad_mask: Tensor | None = None) -> Tensor:
+    @renamed(pad_mask="padding_mask")
+    def forward(self, ids: Tensor, padding_mask: Tensor | None = None) -> Tensor:
         """MLM logits for every position. Shapes: ids (B, S) -> logits (B, S, V)."""
-        h = self.hidden_states(ids, pad_mask)  # (B, S, D)
+        h = self.hidden_states(ids, padding_mask)  # (B, S, D)
         return self.lm_head(self.mlm_norm(self.mlm_act(self.mlm_dense(h))))  # (B, S, V)
 
     @staticmethod
@@ -249,11 +338,10 @@ def mask_tokens(
 
     Shapes: ids (B, S) -> inputs (B, S), labels (B, S).
     """
-    check_tensor("ids", ids, ndim=(1, 2))
-    if not 0.0 < prob < 1.0:
-        raise ValueError(f"prob={prob} is invalid; expected 0 < prob < 1")
-    if not 0 <= mask_id < vocab_size:
-        raise ValueError(f"mask_id={mask_id} is out of range; expected 0 <= mask_id < vocab_size={vocab_size}")
+    check_token_ids("ids", ids, ndim=(1, 2))
+    check_probability("prob", prob, allow_zero=False, allow_one=False)
+    check_positive_int("vocab_size", vocab_size)
+    check_token_id("mask_id", mask_id, vocab_size)
     u = torch.rand(ids.shape, generator=generator, device=ids.device)  # chooses the positions
     chosen = u < prob
     for special in special_ids:

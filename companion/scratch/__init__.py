@@ -12,3 +12,5 @@ Modules: ``attention`` (softmax, scaled dot-product and multi-head attention), `
 ``positions`` (sinusoidal encoding, RoPE), ``layers`` (LayerNorm, RMSNorm, feed-forward, GELU),
 ``gpt`` (a mini GPT forward pass). Import them by name, e.g. ``from companion.scratch import attention``.
 """
+
+__all__ = ["attention", "gpt", "layers", "masks", "positions"]

@@ -68,7 +68,7 @@ def params_from_torch(model: Any) -> dict[str, np.ndarray]:
         if getattr(config, name) not in allowed:
             raise ValueError(f"{name}={getattr(config, name)!r} is not supported by the NumPy mini-GPT; "
                              f"expected one of {allowed}")
-    if config.kv_heads != config.n_heads:
+    if config.n_kv_heads != config.n_heads:
         raise ValueError(f"n_kv_heads={config.n_kv_heads} is not supported; expected None (every head has its K/V)")
 
     p = {"tok_emb": _array(model.embed.token.weight), "pos_emb": _array(model.embed.position.weight)}

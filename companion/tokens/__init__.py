@@ -1,12 +1,17 @@
 """Tokenizers: text -> tokens -> ids, three ways (chapter 01_tokens).
 
-One module per tokenizer; import them from here (``from companion.tokens import BPETokenizer``):
+One module per tokenizer; import them from here (``from companion.tokens import BPETokenizer``). All three
+share one small interface, :class:`~companion.tokens.base.Tokenizer` (``encode``, ``decode``, ``vocab_size``,
+``token_to_id``, ``id_to_token``); ``decode`` accepts a list or a 1-D tensor of any integer dtype, so
+``tok.decode(generate(...)[0])`` works for each.
 
+* :mod:`companion.tokens.base` -- the ``Tokenizer`` protocol and the checks the tokenizers share.
 * :mod:`companion.tokens.char` -- ``CharTokenizer``: one id per character seen in a training text.
 * :mod:`companion.tokens.bpe` -- ``BPETokenizer`` (with ``merge_pair`` and the GPT-2/GPT-4 split patterns):
   byte-level byte-pair encoding (Sennrich et al. 2016, "Neural Machine Translation of Rare Words with
   Subword Units"; byte-level as in GPT-2, Radford et al. 2019), written in the style of karpathy/minbpe
-  but trained with an incremental algorithm instead of recounting every pair each step.
+  but trained with an incremental algorithm instead of recounting every pair each step. ``train`` pre-splits
+  with GPT-4's pattern unless told otherwise (``pattern="gpt2"``, a regex, or ``None`` for no split).
 * :mod:`companion.tokens.wordpiece` -- ``WordPieceTokenizer``: greedy longest-match-first with ``##``
   continuation pieces, as in BERT (Devlin et al. 2019); inference only, from a given vocabulary.
 
@@ -19,9 +24,12 @@ Left out on purpose: normalisation (NFC, lower-casing), dropout, training WordPi
 
 from __future__ import annotations
 
-from companion.tokens.bpe import GPT2_SPLIT_PATTERN, GPT4_SPLIT_PATTERN, BPETokenizer
-from companion.tokens.bpe import merge_pair as merge_pair  # re-exported for chapter 01 and the exercises
+from companion.tokens.base import Tokenizer
+from companion.tokens.bpe import GPT2_SPLIT_PATTERN, GPT4_SPLIT_PATTERN, BPETokenizer, merge_pair
 from companion.tokens.char import CharTokenizer
 from companion.tokens.wordpiece import WordPieceTokenizer
 
-__all__ = ["GPT2_SPLIT_PATTERN", "GPT4_SPLIT_PATTERN", "BPETokenizer", "CharTokenizer", "WordPieceTokenizer"]
+__all__ = [
+    "Tokenizer", "GPT2_SPLIT_PATTERN", "GPT4_SPLIT_PATTERN", "BPETokenizer", "merge_pair", "CharTokenizer",
+    "WordPieceTokenizer",
+]

@@ -1,35 +1,30 @@
-"""The course's data: a toy zh→en translation task, a small English corpus, a source of known entropy.
+"""The toy zh→en translation task of chapters 2, 8 and 9 (nothing downloaded; generated from a seed).
 
-Nothing is downloaded; everything is generated from a seed or shipped with the package.
+Chinese→English sentence pairs generated from a small grammar whose word order really differs between the
+two languages (time and place before the verb in Chinese, after the object in English; 的-possessives;
+measure words 本/只/个…; 了 for the past; yes/no questions with 吗 → do/does/did). It contains the source
+notes' running example 我爱NLP → I love NLP (kept in the test set, so the model translates it without having
+seen it). Source tokens are Chinese words (the generator knows the segmentation), target tokens are English
+words. ``Vocab`` maps tokens to ids with ``<pad>``=0, ``<bos>``=1, ``<eos>``=2, ``<unk>``=3.
 
-- ``toy_translation``: Chinese→English sentence pairs generated from a small grammar whose word order really
-  differs between the two languages (time and place before the verb in Chinese, after the object in
-  English; 的-possessives; measure words 本/只/个…; 了 for the past; yes/no questions with 吗 → do/does/did).
-  It contains the source notes' running example 我爱NLP → I love NLP (kept in the test set, so the model
-  translates it without having seen it). Source tokens are Chinese words (the generator knows the
-  segmentation), target tokens are English words.
-- ``char_corpus``: a few KB of English prose about transformers, written for this course, for the
-  character-level language model.
-- ``markov_source``: a random order-k Markov chain whose entropy rate (nats/token) is computed exactly,
-  the irreducible loss E of the scaling-law experiment (Kaplan et al. 2020; Hoffmann et al. 2022).
+Checked in ``tests/test_data.py``: disjoint splits, determinism, the word-order and marker rules, the
+grammar being a function from Chinese to English, padding and framing of batches, bad arguments.
 """
 
 from __future__ import annotations
 
-import bisect
 import random
 from dataclasses import dataclass, field
-from importlib import resources
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from companion._checks import check_positive_int
+from companion.tokens.base import as_id_list
 
 __all__ = [
-    "PAD", "BOS", "EOS", "UNK", "SPECIALS", "Vocab", "TranslationData", "toy_translation",
-    "translation_lexicon", "detokenize", "encode_batch", "char_corpus", "MarkovSource", "markov_source",
+    "PAD", "BOS", "EOS", "UNK", "SPECIALS", "Pair", "MAX_SENTENCES", "Vocab", "TranslationData", "toy_translation",
+    "translation_lexicon", "detokenize", "encode_batch",
 ]
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
@@ -125,9 +120,19 @@ class Vocab:
     stoi: dict[str, int] = field(init=False, repr=False, compare=False)  # token -> id
 
     def __post_init__(self) -> None:
+        if isinstance(self.tokens, str) or not isinstance(self.tokens, (tuple, list)):
+            raise TypeError(f"tokens must be a tuple of str, got {type(self.tokens).__name__}")
+        object.__setattr__(self, "tokens", tuple(self.tokens))
         if tuple(self.tokens[:4]) != SPECIALS:
             raise ValueError(f"tokens must start with {SPECIALS}, got {tuple(self.tokens[:4])}")
-        object.__setattr__(self, "stoi", {t: i for i, t in enumerate(self.tokens)})
+        for k, token in enumerate(self.tokens):
+            if not isinstance(token, str) or not token:
+                raise ValueError(f"tokens[{k}]={token!r} is invalid; expected a non-empty str")
+        stoi = {t: i for i, t in enumerate(self.tokens)}
+        if len(stoi) != len(self.tokens):
+            dupes = sorted({t for t in self.tokens if self.tokens.count(t) > 1})
+            raise ValueError(f"tokens lists {dupes!r} more than once; expected distinct tokens")
+        object.__setattr__(self, "stoi", stoi)
 
     pad_id, bos_id, eos_id, unk_id = 0, 1, 2, 3
 
@@ -136,13 +141,18 @@ class Vocab:
 
     def encode(self, tokens: list[str], *, bos: bool = False, eos: bool = False) -> list[int]:
         """Token strings → ids (unknown words → ``<unk>``), optionally framed by ``<bos>`` … ``<eos>``."""
+        if isinstance(tokens, str):
+            raise TypeError(f"tokens must be a list of str (words), got the str {tokens!r}; split it first")
         ids = [self.stoi.get(t, self.unk_id) for t in tokens]
         return ([self.bos_id] if bos else []) + ids + ([self.eos_id] if eos else [])
 
     def decode(self, ids: list[int] | Tensor) -> list[str]:
-        """Ids → tokens; stops at the first ``<eos>`` and drops ``<pad>`` and ``<bos>``."""
+        """Ids (a list, or a 1-D tensor of any integer dtype) → tokens; stops at the first ``<eos>`` and
+        drops ``<pad>`` and ``<bos>``."""
         out = []
-        for i in (ids.tolist() if isinstance(ids, Tensor) else ids):
+        for i in as_id_list(ids):
+            if not 0 <= i < len(self.tokens):
+                raise ValueError(f"id={i} is out of range; expected 0 <= id < {len(self.tokens)} (len(vocab))")
             if i == self.eos_id:
                 break
             if i not in (self.pad_id, self.bos_id):
@@ -174,6 +184,7 @@ def toy_translation(
     """
     for name, n in (("n_train", n_train), ("n_val", n_val), ("n_test", n_test)):
         check_positive_int(name, n)
+    check_positive_int("seed", seed, allow_zero=True)
     total = n_train + n_val + n_test
     if total > MAX_SENTENCES:
         raise ValueError(f"n_train + n_val + n_test = {total} distinct sentences; expected at most {MAX_SENTENCES}")
@@ -222,113 +233,4 @@ def encode_batch(pairs: list[Pair], src_vocab: Vocab, tgt_vocab: Vocab) -> tuple
 
     return pad(src), pad(tgt)
 
-
-def char_corpus() -> str:
-    """About 5 KB of plain English about transformers, written for this course (ASCII only)."""
-    return resources.files("companion").joinpath("data_files/char_corpus.txt").read_text(encoding="utf-8")
-
-
-class MarkovSource:
-    """A stationary order-``k`` Markov chain over ``V`` symbols with a known entropy rate.
-
-    The next-symbol distribution of each of the ``V**k`` contexts is drawn from a symmetric Dirichlet;
-    a smaller ``concentration`` gives peakier rows and a lower entropy. The entropy rate is exact:
-
-        H = Σ_c π(c) · H(P(· | c))   (nats/token),
-
-    where π is the stationary distribution of the chain on contexts, found by power iteration. No model can
-    reach a cross-entropy below H on this source: it is the ``E`` of a scaling law ``L(N) = E + A N^-α``.
-    """
-
-    def __init__(self, vocab_size: int, order: int, seed: int = 0, concentration: float = 0.5) -> None:
-        check_positive_int("vocab_size", vocab_size)
-        check_positive_int("order", order)
-        if vocab_size ** order > 1 << 16:
-            raise ValueError(f"vocab_size**order = {vocab_size}**{order} contexts is too many; expected <= 65536")
-        if not concentration > 0:
-            raise ValueError(f"concentration={concentration} must be > 0")
-        self.vocab_size, self.order = vocab_size, order
-        rows = np.random.default_rng(seed).dirichlet(np.full(vocab_size, float(concentration)), size=vocab_size**order)
-        rows = np.maximum(rows, 1e-300)  # a draw can underflow to 0 for tiny concentrations
-        self.transition = torch.from_numpy(rows / rows.sum(-1, keepdims=True))  # (V^k, V) float64
-        self.stationary = self._stationary()  # (V^k,)
-        row_entropy = -(self.transition * self.transition.log()).sum(-1)  # (V^k,)
-        self.entropy_rate = float((self.stationary * row_entropy).sum())  # nats/token
-
-    def _next_context(self, ctx: Tensor, token: Tensor) -> Tensor:
-        """Context id after emitting ``token``: drop the oldest symbol, append the new one."""
-        return (ctx * self.vocab_size + token) % (self.vocab_size ** self.order)
-
-    def _stationary(self, iters: int = 20_000, tol: float = 1e-13) -> Tensor:
-        """π with π P = π on contexts: a direct linear solve for small chains, power iteration for big ones."""
-        n_ctx = self.vocab_size**self.order
-        successors = self._next_context(torch.arange(n_ctx)[:, None], torch.arange(self.vocab_size))  # (V^k, V)
-        if n_ctx <= 1024:
-            p = torch.zeros(n_ctx, n_ctx, dtype=torch.float64)  # (V^k, V^k) context-to-context transitions
-            p.scatter_add_(1, successors, self.transition)
-            a = (p.T - torch.eye(n_ctx, dtype=torch.float64)).clone()
-            a[-1] = 1.0  # replace one (redundant) balance equation by sum(pi) = 1
-            b = torch.zeros(n_ctx, dtype=torch.float64)
-            b[-1] = 1.0
-            return torch.linalg.solve(a, b)
-        pi = torch.full((n_ctx,), 1.0 / n_ctx, dtype=torch.float64)
-        for _ in range(iters):
-            flow = (pi[:, None] * self.transition).reshape(-1)
-            new = torch.zeros_like(pi).index_add_(0, successors.reshape(-1), flow)
-            new = 0.5 * (new + pi)  # a lazy chain has the same π and cannot oscillate
-            if (new - pi).abs().sum() < tol:
-                return new
-            pi = new
-        return pi
-
-    def sample_batch(self, batch: int, length: int, generator: torch.Generator | None = None) -> Tensor:
-        """``batch`` independent sequences of ``length`` symbols, each started in the stationary state.
-
-        Shapes: returns (B, T) int64.
-        """
-        check_positive_int("batch", batch)
-        check_positive_int("length", length)
-        ctx = torch.multinomial(self.stationary, batch, replacement=True, generator=generator)  # (B,)
-        cdf = self.transition.cumsum(-1)  # (V^k, V): sample by inverting the cumulative distribution
-        uniforms = torch.rand(length, batch, 1, dtype=torch.float64, generator=generator)  # (T, B, 1)
-        out = torch.empty(batch, length, dtype=torch.long)
-        for t in range(length):
-            token = torch.searchsorted(cdf[ctx], uniforms[t]).squeeze(1)  # (B,)
-            token = token.clamp_max(self.vocab_size - 1)  # guards a cdf that ends at 1 - 1e-16
-            out[:, t] = token
-            ctx = self._next_context(ctx, token)
-        return out
-
-    def sample(self, n: int, generator: torch.Generator | None = None) -> Tensor:
-        """One stream of ``n`` symbols (shape (n,)), started in the stationary state.
-
-        A plain Python loop with ``bisect``: for one long stream it is much faster than tensor calls.
-        """
-        check_positive_int("n", n)
-        ctx = int(torch.multinomial(self.stationary, 1, generator=generator))
-        cdf = self.transition.cumsum(-1).tolist()
-        uniforms = torch.rand(n, dtype=torch.float64, generator=generator).tolist()
-        out, v, n_ctx = [], self.vocab_size, self.vocab_size**self.order
-        for u in uniforms:
-            token = min(bisect.bisect_right(cdf[ctx], u), v - 1)
-            out.append(token)
-            ctx = (ctx * v + token) % n_ctx
-        return torch.tensor(out, dtype=torch.long)
-
-    def log_prob(self, tokens: Tensor) -> Tensor:
-        """Exact ``log P(x_t | previous k symbols)`` for t >= k of a (B, T) batch: shape (B, T - k)."""
-        k, v = self.order, self.vocab_size
-        ctx = torch.zeros(tokens.shape[0], dtype=torch.long)
-        for j in range(k):
-            ctx = ctx * v + tokens[:, j]
-        out = []
-        for t in range(k, tokens.shape[1]):
-            out.append(self.transition[ctx, tokens[:, t]].log())
-            ctx = self._next_context(ctx, tokens[:, t])
-        return torch.stack(out, dim=1)
-
-
-def markov_source(vocab_size: int = 16, order: int = 2, seed: int = 0, concentration: float = 0.5) -> MarkovSource:
-    """A random order-``order`` Markov chain over ``vocab_size`` symbols; see :class:`MarkovSource`."""
-    return MarkovSource(vocab_size, order, seed, concentration)
 

@@ -1,7 +1,8 @@
-"""Checks for chapters 3, 4 and 9: softmax, scaled dot-product attention, split/merge heads, top-p.
+"""Chapter 3 (attention) checks: softmax, scaled dot-product attention, weights by hand, the scale, the cost.
 
-References: :func:`companion.attention.softmax`, :func:`companion.attention.scaled_dot_product_attention`,
-:func:`companion.generation.top_p_filter`, imported inside each case builder.
+References: :func:`companion.attention.softmax`, :func:`companion.attention.scaled_dot_product_attention`
+(also for the weights computed by hand, and, through ``torch.utils.flop_counter``, for the FLOP count),
+imported inside each case builder.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from companion.attention import merge_heads, split_heads
-from companion.exercises._runner import Case, Check, seeded
+from companion.exercises._runner import Case, Check, choice_check, seeded, value_check
+
+CHAPTER = "03_attention"
 
 _STABLE = "subtract the row max before exp — exp(1000) overflows to inf, and inf / inf is NaN."
 
@@ -41,7 +43,14 @@ def _softmax_cases() -> list[Case]:
             mistakes=[(softmax(x0, dim=-1), "you ignored the `dim` argument and always used the last axis.")],
         ),
         Case("batch dims", (xb,), softmax(xb, dim=-1), kwargs=last, mistakes=[(softmax(xb, 0), wrong_axis)]),
-        Case("large logits", (big,), softmax(big, dim=-1), kwargs=last, hint=_STABLE),
+        Case(
+            "large logits",
+            (big,),
+            softmax(big, dim=-1),
+            kwargs=last,
+            hint=_STABLE,
+            mistakes=[(big.exp() / big.exp().sum(-1, keepdim=True), "you used exp(x) / sum(exp(x)) as is: " + _STABLE)],
+        ),
         Case(
             "masked row (-inf all but one)",
             (masked,),
@@ -124,102 +133,91 @@ ATTENTION = Check(
     make_cases=_attention_cases,
 )
 
-_SPLIT_HINT = (
-    "view as (B, T, H, D_h), then transpose(1, 2) to (B, H, T, D_h); a plain .view(B, H, T, D_h) keeps the "
-    "memory order and hands each head a mix of tokens."
-)
-_MERGE_HINT = (
-    "transpose(1, 2) back to (B, T, H, D_h), then .reshape(B, T, H * D_h) (a transposed tensor is not "
-    "contiguous, so .view needs .contiguous() first)."
-)
+
+# ---------------------------------------------------------------- predict: the weights of one query, by hand
+# q = (1, 1, 1, 1) against k1 = (1, 1, 1, 1), k2 = (1, 1, 0, 0), k3 = (1, -1, 1, -1), d_k = 4:
+# q·k = 4, 2, 0; divided by √4 = 2: scores 2, 1, 0; softmax: 0.665, 0.245, 0.090.
+_Q_HAND = [[1.0, 1.0, 1.0, 1.0]]
+_K_HAND = [[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0], [1.0, -1.0, 1.0, -1.0]]
 
 
-def _split_cases() -> list[Case]:
-    g = seeded(2)
-    cases = []
-    for label, (b, t, d), h in [
-        ("B=2, T=5, D=12, H=3", (2, 5, 12), 3),
-        ("T equals H", (2, 4, 8), 4),
-        ("single token", (1, 1, 8), 2),
-        ("one head", (3, 4, 6), 1),
-    ]:
-        x = torch.randn(b, t, d, generator=g)
-        wrong = x.view(b, h, t, d // h)  # (B, H, T, D_h) in shape only: tokens mixed across heads
-        known = [(wrong, "you reshaped without transposing: " + _SPLIT_HINT)]
-        cases.append(Case(label, (x, h), split_heads(x, h), mistakes=known))
-    return cases
+def _weights_by_hand() -> tuple[float, ...]:
+    from companion.attention import scaled_dot_product_attention as sdpa
+
+    q, k = torch.tensor(_Q_HAND), torch.tensor(_K_HAND)
+    _, weights = sdpa(q, k, k, return_weights=True)  # (1, 3): one query, three keys
+    return tuple(weights[0].tolist())
 
 
-def _merge_cases() -> list[Case]:
-    g = seeded(3)
-    cases = []
-    for label, (b, h, t, dh) in [
-        ("B=2, H=3, T=5, D_h=4", (2, 3, 5, 4)),
-        ("T equals H", (2, 4, 4, 2)),
-        ("single token", (1, 2, 1, 4)),
-        ("one head", (3, 1, 4, 6)),
-    ]:
-        x = torch.randn(b, h, t, dh, generator=g)
-        merged = merge_heads(x)  # (B, T, D)
-        assert torch.equal(split_heads(merged, h), x)
-        wrong = x.reshape(b, t, h * dh)  # (B, T, D) in shape only: heads and tokens mixed
-        known = [(wrong, "you reshaped without transposing: " + _MERGE_HINT)]
-        cases.append(Case(label, (x,), merged, mistakes=known))
-    return cases
+def _softmax3(scores: list[float]) -> tuple[float, ...]:
+    return tuple(torch.tensor(scores).softmax(-1).tolist())
 
 
-SPLIT_HEADS = Check(
-    name="split_heads",
-    signature="fn(x, n_heads) -> Tensor; x (B, T, D) -> (B, H, T, D_h) with D_h = D // H",
-    description="cut the model width into H heads of width D_h (head h gets columns h·D_h ... (h+1)·D_h - 1)",
-    hint=_SPLIT_HINT,
-    make_cases=_split_cases,
-    atol=0.0,
-    rtol=0.0,
+WEIGHTS_BY_HAND = value_check(
+    "attention_weights_by_hand",
+    _weights_by_hand,
+    description="the attention weights of q = (1,1,1,1) over k1 = (1,1,1,1), k2 = (1,1,0,0), k3 = (1,-1,1,-1)",
+    hint="scores q·k_j / √d_k with d_k = 4, then a softmax: exp(s_j) / Σ exp(s_i).",
+    signature="a tuple of three numbers (weight on k1, on k2, on k3)",
+    mistakes=[
+        (_softmax3([4.0, 2.0, 0.0]), "you forgot to divide the scores by √d_k = 2."),
+        (_softmax3([1.0, 0.5, 0.0]), "you divided by d_k = 4 instead of √d_k = 2."),
+        ((4 / 6, 2 / 6, 0.0), "you divided the scores by their sum; the softmax exponentiates them first."),
+        ((2.0, 1.0, 0.0), "those are the scaled scores; the weights are their softmax."),
+    ],
+    rtol=0.02,
+    atol=0.005,
 )
 
-MERGE_HEADS = Check(
-    name="merge_heads",
-    signature="fn(x) -> Tensor; x (B, H, T, D_h) -> (B, T, H·D_h), the inverse of split_heads",
-    description="concatenate the heads back into one (B, T, D) tensor",
-    hint=_MERGE_HINT,
-    make_cases=_merge_cases,
-    atol=0.0,
-    rtol=0.0,
+# ---------------------------------------------------------------- choose: d_k instead of √d_k
+SCALE_CHOICE = choice_check(
+    "scale_by_d_k",
+    "b",
+    ("a", "b", "c", "d"),
+    description="dividing the scores by d_k = 64 instead of √d_k = 8: what happens to the softmax?",
+    hint="dividing by 64 makes every score 8 times smaller than dividing by 8; what does that do to exp(s)?",
+    mistakes={
+        "a": "saturation is what NO scaling does; dividing by 64 shrinks the scores 8× more than √64, so the "
+        "weights become flatter, not peakier.",
+        "c": "the softmax is unchanged when you ADD a constant to every score, not when you multiply them: "
+        "scaling changes how peaked the weights are.",
+        "d": "any scaling still goes through a softmax, so every row still sums to 1.",
+    },
 )
 
-
-def _top_p_cases() -> list[Case]:
-    from companion.generation import top_p_filter
-
-    g = seeded(4)
-    probs = torch.tensor([[0.5, 0.05, 0.3, 0.1, 0.05]])
-    logits = probs.log()
-    crossing = (
-        "keep the token that crosses p: drop a token only if the probability mass ranked above it already "
-        "reaches p."
-    )
-    cases = []
-    for label, x, p in [
-        ("hand example, p=0.7", logits, 0.7),
-        ("batch, p=0.9", torch.randn(3, 10, generator=g), 0.9),
-        ("p=1 keeps everything", torch.randn(2, 6, generator=g), 1.0),
-        ("tiny p keeps the top token", torch.randn(2, 6, generator=g), 1e-4),
-    ]:
-        sorted_probs, order = torch.softmax(x, -1).sort(-1, descending=True)
-        drop_sorted = sorted_probs.cumsum(-1) > p  # the mistake: also drops the token that crosses p
-        wrong = x.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), float("-inf"))
-        cases.append(Case(label, (x, p), top_p_filter(x, p), mistakes=[(wrong, crossing)]))
-    return cases
+# ---------------------------------------------------------------- predict: the cost of QKᵀ and AV
+_T_COST, _D_COST = 1024, 64
 
 
-TOP_P = Check(
-    name="top_p_filter",
-    signature="fn(logits, p) -> Tensor; logits (..., V); tokens outside the nucleus set to -inf",
-    description="nucleus (top-p) filtering: keep the smallest most-likely set whose probability reaches p",
-    hint="sort the probabilities in descending order, cumsum, and drop the tokens whose preceding mass is "
-    ">= p; scatter the decision back to vocabulary order and set dropped logits to -inf.",
-    make_cases=_top_p_cases,
+def _attention_flops() -> int:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from companion.attention import scaled_dot_product_attention as sdpa
+
+    q = torch.zeros(1, _T_COST, _D_COST)
+    with FlopCounterMode(display=False) as counter:  # counts 2·m·n·k per (m, k) @ (k, n) product
+        sdpa(q, q, q)
+    return int(counter.get_total_flops())
+
+
+_T, _D = _T_COST, _D_COST
+ATTENTION_FLOPS = value_check(
+    "attention_flops",
+    _attention_flops,
+    description=f"FLOPs of QKᵀ and AV for one head, T = {_T} tokens, d_k = d_v = {_D} (projections excluded)",
+    hint="QKᵀ is T·T dot products of length d (a multiply and an add each: 2·T²·d); AV costs the same again.",
+    signature="a number of FLOPs",
+    mistakes=[
+        (
+            2 * _T * _T * _D,
+            "you counted only one of the two T×T×d products (QKᵀ or AV), or one FLOP per "
+            "multiply–add; each product costs 2·T²·d.",
+        ),
+        (_T * _T * _D, "you counted one FLOP per multiply–add and only one product; each product costs 2·T²·d."),
+        (8 * _T * _D * _D, "8·T·d² is the cost of the four projections, not of QKᵀ and AV."),
+        (4 * _T * _T * _D + 8 * _T * _D * _D, "you added the projections; this asks for QKᵀ and AV only."),
+    ],
+    rtol=0.02,
 )
 
-CHECKS = [SOFTMAX, ATTENTION, SPLIT_HEADS, MERGE_HEADS]  # TOP_P is listed last, with chapter 9
+CHECKS = [SOFTMAX, ATTENTION, WEIGHTS_BY_HAND, SCALE_CHOICE, ATTENTION_FLOPS]

@@ -1,20 +1,15 @@
-"""Position information for attention: sinusoidal, learned, rotary (RoPE) and ALiBi.
+"""Rotary position embedding (RoPE, Su et al. 2021, RoFormer) and its context-extension scalings.
 
-Attention by itself is permutation-equivariant: shuffle the tokens and the outputs shuffle with them.
-This module gives the model a sense of order, in the four ways the course compares:
+- ``rope_frequencies``: the rotation speeds θ_i, optionally rescaled by Position Interpolation (Chen et al.
+  2023), NTK-aware base scaling (bloc97 2023), its dynamic variant, or YaRN (Peng et al. 2023).
+- ``apply_rope``: the rotation itself, for either pairing of the coordinates (see the comment below).
+- ``RotaryEmbedding``: cos/sin tables for one model, applied to queries and keys inside attention.
 
-- ``sinusoidal_encoding``: fixed sin/cos table added to the embeddings (Vaswani et al. 2017, §3.5).
-  ``relative_offset_matrix`` builds the rotation ``R_k`` with ``PE[p + k] = R_k @ PE[p]``.
-- ``LearnedPositionalEmbedding``: a trained table, one row per position (GPT-2, BERT).
-- ``rope_frequencies`` / ``apply_rope`` / ``RotaryEmbedding``: rotary position embedding (Su et al. 2021,
-  RoFormer), with context extension by Position Interpolation (Chen et al. 2023), NTK-aware base scaling
-  (bloc97 2023), its dynamic variant, and YaRN (Peng et al. 2023).
-- ``alibi_slopes`` / ``alibi_bias``: attention with linear biases (Press et al. 2022).
-
-Checked against: Hugging Face ``transformers`` (``modeling_rope_utils.ROPE_INIT_FUNCTIONS`` for the
-linear / dynamic / YaRN frequencies, ``modeling_llama.apply_rotary_pos_emb`` and ``LlamaRotaryEmbedding``
-for the "half" pairing), Meta's Llama reference (complex multiplication) for the "adjacent" pairing, and
-the ALiBi paper's slope rule. Left out on purpose: partial rotary dimensions, LongRoPE, Llama-3 scaling.
+Checked against (``tests/test_positions.py``): Hugging Face ``transformers``
+(``modeling_rope_utils.ROPE_INIT_FUNCTIONS`` for the linear / dynamic / YaRN frequencies,
+``modeling_llama.apply_rotary_pos_emb`` and ``LlamaRotaryEmbedding`` for the "half" pairing), and Meta's
+Llama reference (complex multiplication) for the "adjacent" pairing.
+Left out on purpose: partial rotary dimensions, LongRoPE, Llama-3 scaling.
 """
 
 from __future__ import annotations
@@ -25,111 +20,21 @@ import torch
 from torch import Tensor, nn
 
 from companion._checks import check_choice, check_positive_int, check_tensor
+from companion.positions._frequencies import check_base, check_even, inverse_frequencies
 
 __all__ = [
-    "LearnedPositionalEmbedding",
+    "PAIRINGS",
+    "SCALINGS",
+    "TABLE_SCALINGS",
     "RotaryEmbedding",
-    "alibi_bias",
-    "alibi_slopes",
     "apply_rope",
-    "relative_offset_matrix",
     "rope_frequencies",
-    "sinusoidal_encoding",
     "yarn_attention_factor",
 ]
 
-PAIRINGS = ("half", "adjacent")
-SCALINGS = (None, "linear", "ntk", "dynamic", "yarn")
-
-
-def _check_even(name: str, value: int) -> None:
-    check_positive_int(name, value)
-    if value % 2:
-        raise ValueError(f"{name}={value} is odd; expected an even number (dimensions come in sin/cos pairs)")
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Sinusoidal and learned absolute positions
-# ---------------------------------------------------------------------------------------------------------
-
-
-def sinusoidal_encoding(seq_len: int, d_model: int, base: float = 10000.0) -> Tensor:
-    """The fixed table ``PE[p, 2i] = sin(p / base^(2i/D))``, ``PE[p, 2i+1] = cos(p / base^(2i/D))``.
-
-    Positions run from 0 to ``seq_len - 1``. Computed in float64, returned as float32.
-
-    Shapes:
-        returns (T, D) with T = seq_len, D = d_model
-    """
-    check_positive_int("seq_len", seq_len)
-    _check_even("d_model", d_model)
-    positions = torch.arange(seq_len, dtype=torch.float64)[:, None]  # (T, 1)
-    inv_freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (D/2,)
-    angles = positions * inv_freq  # (T, D/2)
-    pe = torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)  # (T, D): sin, cos, sin, cos, ...
-    return pe.float()
-
-
-def relative_offset_matrix(offset: int, d_model: int, base: float = 10000.0) -> Tensor:
-    """The block-diagonal rotation ``R_k`` (k = ``offset``) with ``PE[p + k] = R_k @ PE[p]`` for every p.
-
-    Each (sin, cos) pair turns by the angle ``k * θ_i``: ``sin(a + b) = sin a cos b + cos a sin b`` and
-    ``cos(a + b) = cos a cos b - sin a sin b``. ``R_k`` does not depend on p, which is why Vaswani et al.
-    hoped the model could attend by relative position.
-
-    Shapes:
-        returns (D, D)
-    """
-    _check_even("d_model", d_model)
-    inv_freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (D/2,)
-    c, s = (offset * inv_freq).cos(), (offset * inv_freq).sin()
-    blocks = torch.stack((torch.stack((c, s), -1), torch.stack((-s, c), -1)), -2)  # (D/2, 2, 2)
-    return torch.block_diag(*blocks).float()
-
-
-class LearnedPositionalEmbedding(nn.Module):
-    """A trained table with one row per position, as in GPT-2 and BERT (``.weight`` is (max_seq_len, D)).
-
-    It cannot represent a position it has no row for: asking for one raises ``ValueError``.
-    """
-
-    def __init__(self, max_seq_len: int, d_model: int) -> None:
-        super().__init__()
-        check_positive_int("max_seq_len", max_seq_len)
-        check_positive_int("d_model", d_model)
-        self.max_seq_len = max_seq_len
-        self.d_model = d_model
-        self.weight = nn.Parameter(torch.randn(max_seq_len, d_model) * 0.02)  # GPT-2's init
-
-    def forward(self, positions: int | Tensor, *, offset: int = 0) -> Tensor:
-        """Rows for ``offset .. offset + T - 1`` when ``positions`` is an int T, else for the given positions.
-
-        Shapes:
-            positions: int T -> returns (T, D);  integer tensor (...) -> returns (..., D)
-        """
-        if isinstance(positions, int) and not isinstance(positions, bool):
-            check_positive_int("positions", positions)
-            check_positive_int("offset", offset, allow_zero=True)
-            positions = torch.arange(offset, offset + positions, device=self.weight.device)  # (T,)
-        check_tensor("positions", positions)
-        if positions.is_floating_point() or positions.dtype == torch.bool:
-            raise TypeError(f"positions must hold integers, got dtype {positions.dtype}")
-        high, low = int(positions.max()), int(positions.min())
-        if high >= self.max_seq_len or low < 0:
-            bad = high if high >= self.max_seq_len else low
-            raise ValueError(
-                f"position {bad} is outside the learned table; "
-                f"expected 0 <= position < max_seq_len={self.max_seq_len}"
-            )
-        return self.weight[positions]  # (..., D)
-
-    def extra_repr(self) -> str:
-        return f"max_seq_len={self.max_seq_len}, d_model={self.d_model}"
-
-
-# ---------------------------------------------------------------------------------------------------------
-# RoPE: frequencies, context-extension scaling, and the rotation itself
-# ---------------------------------------------------------------------------------------------------------
+PAIRINGS = ("half", "adjacent")  # which coordinates rotate together (see the comment above apply_rope)
+SCALINGS = (None, "linear", "ntk", "dynamic", "yarn")  # context extension in rope_frequencies
+TABLE_SCALINGS = (None, "linear", "ntk", "yarn")  # those a fixed table can hold ("dynamic" depends on length)
 
 
 def yarn_attention_factor(factor: float) -> float:
@@ -169,11 +74,10 @@ def rope_frequencies(
     Shapes:
         returns (D_h/2,)
     """
-    _check_even("head_dim", head_dim)
+    check_even("head_dim", head_dim)
     if head_dim < 4 and scaling in ("ntk", "dynamic"):
         raise ValueError(f"head_dim={head_dim} is too small for NTK scaling; expected head_dim >= 4")
-    if not base > 1.0:
-        raise ValueError(f"base={base} is invalid; expected a number > 1")
+    check_base(base)
     check_choice("scaling", scaling, SCALINGS)
     if scaling is not None and not factor >= 1.0:
         raise ValueError(f"factor={factor} is invalid for scaling={scaling!r}; expected factor >= 1")
@@ -183,13 +87,12 @@ def rope_frequencies(
         check_positive_int("original_max_seq_len", original_max_seq_len)
 
     d = head_dim
-    exponents = torch.arange(0, d, 2, dtype=torch.float64) / d  # (D_h/2,): 2i / D_h
     if scaling == "ntk":
         base = base * factor ** (d / (d - 2))
     elif scaling == "dynamic":
         length = max(seq_len if seq_len is not None else original_max_seq_len, original_max_seq_len)
         base = base * (factor * length / original_max_seq_len - (factor - 1)) ** (d / (d - 2))
-    inv_freq = base**-exponents  # (D_h/2,)
+    inv_freq = inverse_frequencies(d, base, name="head_dim")  # (D_h/2,): base^(-2i / D_h)
 
     if scaling == "linear":
         inv_freq = inv_freq / factor
@@ -243,12 +146,24 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, pairing: str = "half") -> Te
     check_choice("pairing", pairing, PAIRINGS)
     if x.dim() < 2:
         raise ValueError(f"x must have shape (..., T, D_h), got shape {tuple(x.shape)}")
+    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype} (convert with .float())")
     d = x.shape[-1]
-    _check_even("x.shape[-1] (head_dim)", d)
+    check_even("x.shape[-1] (head_dim)", d)
     if cos.shape != sin.shape:
         raise ValueError(f"cos has shape {tuple(cos.shape)} but sin has {tuple(sin.shape)}; expected equal")
     if cos.shape[-1] != d // 2:
         raise ValueError(f"cos.shape[-1]={cos.shape[-1]} does not match head_dim/2={d // 2} (head_dim={d})")
+    try:
+        fits = torch.broadcast_shapes(cos.shape[:-1], x.shape[:-1]) == x.shape[:-1]
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"cos has {cos.shape[-2] if cos.dim() > 1 else 1} positions (shape {tuple(cos.shape)}) but x has "
+            f"T={x.shape[-2]} (shape {tuple(x.shape)}); expected cos, sin broadcastable to (..., T, D_h/2)"
+        )
 
     compute = torch.promote_types(x.dtype, torch.float32)
     xf, cos, sin = x.to(compute), cos.to(compute), sin.to(compute)
@@ -283,10 +198,10 @@ class RotaryEmbedding(nn.Module):
         original_max_seq_len: int | None = None,
     ) -> None:
         super().__init__()
-        _check_even("head_dim", head_dim)
+        check_even("head_dim", head_dim)
         check_positive_int("max_seq_len", max_seq_len)
         check_choice("pairing", pairing, PAIRINGS)
-        check_choice("scaling", scaling, (None, "linear", "ntk", "yarn"))
+        check_choice("scaling", scaling, TABLE_SCALINGS)
         self.head_dim, self.max_seq_len, self.base, self.pairing = head_dim, max_seq_len, base, pairing
         self.scaling, self.factor = scaling, factor
         inv_freq = rope_frequencies(
@@ -327,44 +242,3 @@ class RotaryEmbedding(nn.Module):
         extra = f", scaling={self.scaling!r}, factor={self.factor}" if self.scaling else ""
         return f"head_dim={self.head_dim}, max_seq_len={self.max_seq_len}, base={self.base}, " \
                f"pairing={self.pairing!r}{extra}"  # fmt: skip
-
-
-# ---------------------------------------------------------------------------------------------------------
-# ALiBi
-# ---------------------------------------------------------------------------------------------------------
-
-
-def alibi_slopes(n_heads: int) -> Tensor:
-    """Per-head slopes m_h of ALiBi (Press et al. 2022, and the authors' code).
-
-    For n a power of two: the geometric sequence that starts at ``2^(-8/n)`` with that same ratio, so
-    8 heads get 1/2, 1/4, ..., 1/256. Otherwise, with p the largest power of two below n: the p slopes
-    for p heads, then the 1st, 3rd, 5th, ... slopes of the 2p-head sequence until there are n.
-
-    Shapes:
-        returns (H,) float32
-    """
-    check_positive_int("n_heads", n_heads)
-
-    def geometric(n: int) -> list[float]:
-        start = 2.0 ** (-8.0 / n)
-        return [start ** (h + 1) for h in range(n)]
-
-    p = 2 ** math.floor(math.log2(n_heads))
-    slopes = geometric(p) + geometric(2 * p)[0::2][: n_heads - p]
-    return torch.tensor(slopes, dtype=torch.float32)
-
-
-def alibi_bias(n_heads: int, seq_len: int) -> Tensor:
-    """Additive attention bias ``-m_h * |i - j|`` for query i and key j (0 on the diagonal).
-
-    Future keys (j > i) also get ``-m_h * (j - i)``; combine with a causal mask for a decoder.
-
-    Shapes:
-        returns (H, T, T) float32
-    """
-    check_positive_int("seq_len", seq_len)
-    slopes = alibi_slopes(n_heads)  # (H,)
-    pos = torch.arange(seq_len, dtype=torch.float32)
-    distance = (pos[:, None] - pos[None, :]).abs()  # (T, T)
-    return -slopes[:, None, None] * distance  # (H, T, T)

@@ -1,0 +1,176 @@
+"""A training run's folder: what ``companion-train`` writes to ``--out DIR`` and ``companion-sample`` reads.
+
+    DIR/tokenizer.bpe       the tokenizer (or tokenizer.char.json), see companion.textdata.save_tokenizer
+    DIR/tokens.bin          the whole text as flat token ids (a numpy memmap)
+    DIR/run.json            human-readable: model config, tokenizer reference, training arguments, text fingerprint
+    DIR/checkpoint.pt       the last checkpoint (below)
+    DIR/log.csv             one row per step: step, loss, lr, grad_norm, val_loss (empty between evaluations)
+
+The checkpoint is one ``torch.save`` dict of plain values (read back with ``torch.load(weights_only=True)``,
+which refuses arbitrary pickles): ``format``, ``model`` (state dict), ``optimizer`` (state dict), ``step``
+(optimiser steps done), ``rng`` (Python, NumPy, torch CPU and CUDA generator states), ``model_config``
+(``ModelConfig`` as a dict), ``tokenizer`` (a reference: kind, file name, SHA-256), ``args`` (the training
+arguments) and ``data`` (the text's fingerprint and token count). Every file is written atomically
+(``companion._files.atomic_write``: a temporary file, then a rename), so a crash or Ctrl-C during a save
+leaves the previous checkpoint whole.
+
+``load_run(DIR)`` gives the trained model and its tokenizer back, for sampling or for a notebook.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from companion._files import atomic_write, atomic_write_text
+from companion.models import GPT, ModelConfig
+from companion.textdata import TOKENIZER_FILES, Tokenizer, load_tokenizer
+
+__all__ = [
+    "CHECKPOINT", "LOG", "TOKENS", "RUN_INFO", "RUN_FILES", "Run", "check_out_folder", "get_rng_state",
+    "set_rng_state", "save_run_checkpoint", "read_run_checkpoint", "write_run_info", "load_run",
+]  # fmt: skip
+
+CHECKPOINT, LOG, TOKENS, RUN_INFO = "checkpoint.pt", "log.csv", "tokens.bin", "run.json"
+RUN_FILES = frozenset({CHECKPOINT, LOG, TOKENS, RUN_INFO, *TOKENIZER_FILES.values()})
+_FORMAT = "companion-run-checkpoint-v1"
+_KEYS = ("model", "optimizer", "step", "rng", "model_config", "tokenizer", "args", "data")
+
+
+def _is_leftover(name: str) -> bool:
+    """A temporary file of an interrupted atomic write (``.checkpoint.pt.abc123.tmp``); safe to ignore."""
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+def check_out_folder(folder: Path, *, resume: bool) -> None:
+    """Refuse a ``--out`` folder whose content a run could destroy or misread (``ValueError``).
+
+    A new run needs a missing or empty folder; ``--resume`` needs a folder holding a checkpoint. Files that
+    are not part of a run (anything but ``RUN_FILES``) are never touched: the folder is refused. A new run
+    may reuse a folder holding run files but no checkpoint: a run stopped while it was still writing them
+    (tokenizer, token ids), before its first checkpoint, so before any training.
+    """
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"--out {str(folder)!r} is a file; expected a folder (new or holding a run)")
+    names = sorted(p.name for p in folder.iterdir() if not _is_leftover(p.name)) if folder.exists() else []
+    foreign = [n for n in names if n not in RUN_FILES]
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise ValueError(f"--out {str(folder)!r} holds files that are not part of a companion run ({shown}); "
+                         "choose a new or empty folder")
+    if resume and CHECKPOINT not in names:
+        raise ValueError(f"--resume: {str(folder)!r} holds no {CHECKPOINT} to continue from")
+    if not resume and CHECKPOINT in names:
+        raise ValueError(f"--out {str(folder)!r} already holds a training run; pass --resume to continue it, "
+                         "or choose a new folder (nothing in it was changed)")
+
+
+# --- random-number generator states, as plain tensors and lists (weights_only-loadable) -------------------
+
+
+def get_rng_state() -> dict[str, Any]:
+    """The states of Python's, NumPy's and torch's global generators (CPU and every CUDA device)."""
+    version, mt, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "python": {"version": version, "state": torch.tensor(mt, dtype=torch.int64), "gauss": gauss},
+        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached": float(cached)},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }  # fmt: skip
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Put back the generator states saved by ``get_rng_state``."""
+    py = state["python"]
+    random.setstate((py["version"], tuple(py["state"].tolist()), py["gauss"]))
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# --- checkpoints ---------------------------------------------------------------------------------------
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+
+
+def save_run_checkpoint(
+    path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, model_config: ModelConfig,
+    tokenizer: dict[str, str], args: dict[str, Any], data: dict[str, Any],
+) -> None:  # fmt: skip
+    """Write the checkpoint atomically: the previous one stays whole until the new one is complete."""
+    state = {
+        "format": _FORMAT,
+        "model": _unwrap(model).state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "step": step,
+        "rng": get_rng_state(),
+        "model_config": dataclasses.asdict(model_config),
+        "tokenizer": tokenizer,
+        "args": args,
+        "data": data,
+    }
+    with atomic_write(path) as tmp:
+        torch.save(state, tmp)
+
+
+def read_run_checkpoint(path: Path) -> dict[str, Any]:
+    """Read a checkpoint written by ``save_run_checkpoint``; ``ValueError`` if it is corrupt or foreign."""
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises RuntimeError, EOFError, UnpicklingError... depending on the damage
+        raise ValueError(f"checkpoint {str(path)!r} is corrupt or truncated and cannot be read ({err})") from None
+    if not isinstance(state, dict) or state.get("format") != _FORMAT or any(k not in state for k in _KEYS):
+        raise ValueError(f"{str(path)!r} is not a companion-train checkpoint (expected format={_FORMAT!r})")
+    return state
+
+
+def write_run_info(folder: Path, checkpoint_like: dict[str, Any]) -> None:
+    """``run.json``: the model config, tokenizer reference, arguments and data of the run, for people to read."""
+    info = {k: checkpoint_like[k] for k in ("model_config", "tokenizer", "args", "data")}
+    atomic_write_text(folder / RUN_INFO, json.dumps(info, indent=2) + "\n")
+
+
+@dataclass
+class Run:
+    """A trained run read back from its folder."""
+
+    model: GPT  # in eval mode, on the requested device
+    tokenizer: Tokenizer  # the tokenizer the model was trained with
+    checkpoint: dict[str, Any]  # the whole checkpoint dict (``step``, ``args``, ``data``...)
+    folder: Path  # the run folder it was read from
+
+
+def load_run(folder: str | Path, device: str | torch.device = "cpu") -> Run:
+    """The model and tokenizer of the run in ``folder`` (its last checkpoint).
+
+    Raises ``FileNotFoundError`` (no folder, no checkpoint, tokenizer file missing) or ``ValueError``
+    (a corrupt checkpoint, or weights that do not fit its own config).
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"run folder {str(folder)!r} does not exist")
+    state = read_run_checkpoint(folder / CHECKPOINT)
+    try:
+        config = ModelConfig(**state["model_config"])
+        model = GPT(config)
+        model.load_state_dict(state["model"])
+    except (TypeError, RuntimeError) as err:
+        raise ValueError(f"checkpoint {str(folder / CHECKPOINT)!r} does not describe a valid model ({err})") from None
+    tokenizer = load_tokenizer(folder, state["tokenizer"])
+    return Run(model.to(device).eval(), tokenizer, state, folder)

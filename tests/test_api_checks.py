@@ -1,0 +1,388 @@
+"""Issue 13: one rule per idea, one name per concept, and a clear error at every boundary.
+
+Each bad call must raise the named error type with a message that names the argument (``match=``).
+Grouped by module; the shared rules themselves (companion._checks) are tested first.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.testing import assert_close
+
+import companion
+from companion import _checks, _renames
+from companion.attention import KVCache, MultiHeadAttention, scaled_dot_product_attention, softmax, split_heads
+from companion.embeddings import TokenEmbedding
+from companion.generation import beam_search, generate, translate
+from companion.layers import FeedForward, LayerNorm, ResidualBlock, RMSNorm
+from companion.masks import padding_mask
+from companion.models import GPT, Encoder, ModelConfig, Transformer
+from companion.positions import RotaryEmbedding, apply_rope, inverse_frequencies, rope_frequencies, sinusoidal_encoding
+from companion.scaling import fit_power_law, kv_cache_bytes
+
+TINY = dict(vocab_size=40, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_seq_len=32, dropout=0.0)
+
+
+def tiny_gpt(**changes) -> GPT:
+    torch.manual_seed(0)
+    return GPT(ModelConfig(**{**TINY, **changes})).eval()
+
+
+def ids(*rows: list[int]) -> torch.Tensor:
+    return torch.tensor(rows)
+
+
+# --- the shared rules --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.int32, torch.int64])
+def test_every_integer_id_dtype_is_accepted_everywhere(dtype: torch.dtype) -> None:
+    x = torch.tensor([[1, 2, 3]], dtype=dtype)
+    emb = TokenEmbedding(10, 4)
+    assert_close(emb(x), emb(x.long()))
+    assert padding_mask(x, 0).shape == (1, 1, 1, 3)
+    model = tiny_gpt()
+    assert_close(model(x), model(x.long()))
+    assert generate(model, x, 2, greedy=True).dtype == torch.int64
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: _checks.check_token_ids("ids", torch.tensor([1.0])), TypeError, "ids must hold integer"),
+        (lambda: _checks.check_token_ids("ids", torch.tensor([True])), TypeError, "ids must hold integer"),
+        (lambda: _checks.check_token_ids("ids", torch.tensor([1], dtype=torch.uint8)), TypeError, "int16, int32"),
+        (lambda: _checks.check_token_ids("ids", torch.zeros(1, 0, dtype=torch.long)), ValueError, "ids is empty"),
+        (lambda: _checks.check_token_ids("ids", ids([0, 7]), vocab_size=7), ValueError, "token id 7 in ids"),
+        (lambda: _checks.check_probability("p", 1.5), ValueError, r"p=1.5 .* \[0, 1\]"),
+        (lambda: _checks.check_probability("p", float("nan")), ValueError, "p=nan"),
+        (lambda: _checks.check_probability("p", "0.5"), TypeError, "p must be a number"),
+        (lambda: _checks.check_dropout("dropout", 1.0), ValueError, r"dropout=1.0 .* \[0, 1\)"),
+        (lambda: _checks.check_dropout("dropout", None), TypeError, "dropout must be a number"),
+        (lambda: _checks.check_positive_float("scale", float("inf")), ValueError, "scale=inf"),
+        (lambda: _checks.check_positive_float("scale", 0.0), ValueError, "scale=0.0 .* > 0"),
+        (lambda: _checks.check_bool("bias", "False"), TypeError, "bias must be a bool"),
+        (lambda: _checks.check_bool("bias", 0), TypeError, "bias must be a bool"),
+        (lambda: _checks.check_string("name", ""), ValueError, "name is the empty string"),
+        (lambda: _checks.check_string("name", 3), TypeError, "name must be a str"),
+    ],
+)
+def test_shared_rules(call, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_choice_lists_are_declared_once() -> None:
+    from companion import layers, positions
+    from companion.models import config
+
+    assert config.NORMS is layers.NORMS and config.ACTIVATIONS is layers.ACTIVATIONS
+    assert config.PLACEMENTS is layers.PLACEMENTS
+    assert config.ROPE_PAIRINGS is positions.PAIRINGS and config.ROPE_SCALINGS is positions.TABLE_SCALINGS
+
+
+# --- renamed arguments: the new name everywhere, the old one still accepted (for now) -----------------
+
+
+def test_renamed_arguments_accept_the_old_name_and_refuse_both() -> None:
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(**TINY)).eval()
+    src, tgt = ids([5, 6, 0]), ids([1, 7])
+    mask = padding_mask(src, 0)
+    with torch.no_grad():
+        new = model(src, tgt, padding_mask=mask)
+        assert_close(model(src, tgt, src_mask=mask), new)
+        memory = model.encode(src, padding_mask=mask)
+        assert_close(model.encode(src, src_mask=mask), memory)
+        assert_close(model.decode(tgt, memory, memory_mask=mask), new)
+        gpt = tiny_gpt()
+        assert_close(gpt(src, pad_mask=mask), gpt(src, padding_mask=mask))
+        enc = Encoder(ModelConfig(**TINY)).eval()
+        assert_close(enc(src, pad_mask=mask), enc(src, padding_mask=mask))
+        attn = MultiHeadAttention(8, 2).eval()
+        x, h = torch.randn(1, 2, 8), torch.randn(1, 3, 8)
+        assert_close(attn(x, context=h), attn(x, memory=h))
+    q = torch.randn(2, 3, 4)
+    assert_close(scaled_dot_product_attention(q, q, q, dropout_p=0.0), scaled_dot_product_attention(q, q, q))
+    assert kv_cache_bytes(2, 2, 4, 8, batch=3) == kv_cache_bytes(2, 2, 4, 8, batch_size=3)
+    out = translate(model, src, 1, 2, max_len=3)
+    assert torch.equal(out, translate(model, src, 1, 2, max_new_tokens=3))
+    with pytest.raises(TypeError, match="both padding_mask= and its old name pad_mask="):
+        gpt(src, pad_mask=mask, padding_mask=mask)
+
+
+def test_renamed_warns_once_switched_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_renames, "WARN", True)
+    with pytest.warns(DeprecationWarning, match="batch_size="):
+        kv_cache_bytes(2, 2, 4, 8, batch=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kv_cache_bytes(2, 2, 4, 8, batch_size=3)  # the new name never warns
+
+
+# --- ModelConfig validates itself, once ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "match"),
+    [
+        (dict(bias="False"), TypeError, "bias must be a bool"),
+        (dict(dropout=None), TypeError, "dropout must be a float"),
+        (dict(d_model=64.0), TypeError, "d_model must be an int"),
+        (dict(n_kv_heads="2"), TypeError, "n_kv_heads must be an int or None"),
+        (dict(norm=None), TypeError, "norm must be a str"),
+        (dict(rope_scaling=1), TypeError, "rope_scaling must be a str or None"),
+        (dict(tie_embeddings=1), TypeError, "tie_embeddings must be a bool"),
+        (dict(dropout=1.0), ValueError, "dropout=1.0"),
+        (dict(norm_eps=float("nan")), ValueError, "norm_eps=nan"),
+        (dict(rope_base=500000.0), ValueError, "rope_base=500000.0 is set but positions='learned'"),
+        (dict(rope_pairing="adjacent"), ValueError, "rope_pairing='adjacent' is set but positions"),
+        (dict(rope_scaling="linear", rope_factor=2.0), ValueError, "rope_scaling='linear' is set but positions"),
+        (dict(positions="rope", rope_base=1.0), ValueError, "rope_base=1.0 .* > 1"),
+        (dict(positions="rope", rope_base=float("inf")), ValueError, "rope_base=inf"),
+        (dict(positions="rope", rope_scaling="yarn", rope_factor=2.0), ValueError, "rope_original_max_seq_len"),
+        (dict(positions="rope", rope_scaling="dynamic"), ValueError, "rope_scaling='dynamic'"),
+    ],
+)
+def test_model_config_rejects_bad_fields(changes: dict, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        ModelConfig(**{**TINY, **changes})
+
+
+def test_model_config_converts_numpy_scalars_and_resolves_defaults() -> None:
+    cfg = ModelConfig(**{**TINY, "d_model": np.int64(32), "dropout": np.float64(0.1), "bias": np.bool_(False)})
+    assert type(cfg.d_model) is int and type(cfg.dropout) is float and cfg.bias is False
+    assert cfg == ModelConfig(**{**TINY, "dropout": 0.1, "bias": False})  # plain Python numbers: checkpoints load
+    assert type(ModelConfig(**{**TINY, "dropout": 0}).dropout) is float
+    assert (cfg.n_kv_heads, cfg.n_encoder_layers, cfg.n_decoder_layers) == (4, 2, 2)  # resolved, plain ints
+    assert ModelConfig(**TINY, n_kv_heads=2, n_decoder_layers=3).n_kv_heads == 2
+
+
+def test_model_config_replace_keeps_derived_fields_following() -> None:
+    cfg = ModelConfig(**TINY)
+    wider = cfg.replace(d_model=64, n_heads=8, n_layers=3)
+    assert (wider.n_kv_heads, wider.n_encoder_layers, wider.n_decoder_layers) == (8, 3, 3)  # still MHA, same depth
+    gqa = ModelConfig(**TINY, n_kv_heads=2).replace(n_heads=8, d_model=64)
+    assert gqa.n_kv_heads == 2  # an explicit GQA choice is kept
+    assert cfg.replace(n_heads=8, d_model=64, n_kv_heads=4).n_kv_heads == 4
+
+
+# --- attention -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: softmax(torch.tensor([1, 2, 3])), TypeError, "x must be a floating-point"),
+        (lambda: softmax(torch.zeros(2, 0)), ValueError, "x is empty"),
+        (lambda: softmax(torch.zeros(2, 3), dim=2), ValueError, "dim=2 is out of range"),
+        (lambda: softmax(torch.zeros(2, 3), dim=-3), ValueError, "dim=-3 is out of range"),
+        (lambda: split_heads(torch.zeros(1, 2, 8), 3), ValueError, "n_heads=3 does not divide"),
+        (lambda: split_heads(torch.zeros(1, 2, 8), 0), ValueError, "n_heads=0"),
+        (lambda: split_heads(torch.zeros(1, 2, 8), 2.0), TypeError, "n_heads must be an int"),
+        (lambda: scaled_dot_product_attention(*[torch.randn(2, 4)] * 3, scale=0.0), ValueError, "scale=0.0"),
+        (lambda: scaled_dot_product_attention(*[torch.randn(2, 4)] * 3, scale=float("nan")), ValueError, "scale=nan"),
+        (lambda: scaled_dot_product_attention(*[torch.randn(2, 4)] * 3, scale=-1.0), ValueError, "scale=-1.0"),
+        (lambda: scaled_dot_product_attention(*[torch.randn(2, 4)] * 3, mask=torch.tensor([[0.0, float("nan")]] * 2)),
+         ValueError, "mask holds NaN or \\+inf"),
+        (lambda: scaled_dot_product_attention(*[torch.randn(2, 4)] * 3, mask=torch.tensor([[0.0, float("inf")]] * 2)),
+         ValueError, "mask holds NaN or \\+inf"),
+        (lambda: MultiHeadAttention(8, 2, use_sdpa=True)(torch.randn(1, 2, 8), mask=torch.full((2, 2), float("nan"))),
+         ValueError, "mask holds NaN"),
+        (lambda: MultiHeadAttention(8, 2, dropout=1.0), ValueError, "dropout=1.0"),
+        (lambda: MultiHeadAttention(8, 2, bias="yes"), TypeError, "bias must be a bool"),
+        (lambda: KVCache().reorder(torch.tensor([0.0])), TypeError, "index must hold integer"),
+    ],
+)
+def test_attention_bad_input(call, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_additive_masks_with_minus_inf_and_finite_biases_still_work() -> None:
+    q = torch.randn(2, 4)
+    mask = torch.tensor([[0.0, -1.5], [float("-inf"), 0.0]])
+    out = scaled_dot_product_attention(q, q, q, mask=mask)
+    assert_close(out, F.scaled_dot_product_attention(q[None], q[None], q[None], attn_mask=mask)[0])
+
+
+def test_kv_cache_reorder_checks_its_rows() -> None:
+    cache = KVCache()
+    cache.update(torch.randn(2, 1, 3, 4), torch.randn(2, 1, 3, 4))
+    with pytest.raises(ValueError, match="index holds row 2; expected 0 <= index < 2"):
+        cache.reorder(torch.tensor([0, 2]))
+    with pytest.raises(ValueError, match="index holds row -1"):
+        cache.reorder(torch.tensor([-1]))
+    k = cache.k.clone()
+    cache.reorder(torch.tensor([1, 1, 0]))
+    assert_close(cache.k, k[[1, 1, 0]])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_scores_are_computed_in_float32(dtype: torch.dtype) -> None:
+    """q = k = v = 300 in fp16: Q Kᵀ = 300² · 64 = 5.8e6 overflows fp16 (max 65,504); float32 scores do not."""
+    q = torch.full((1, 2, 5, 64), 300.0, dtype=dtype)
+    out, weights = scaled_dot_product_attention(q, q, q, return_weights=True)
+    assert torch.isfinite(out).all() and out.dtype == dtype and weights.dtype == dtype
+    assert_close(out, F.scaled_dot_product_attention(q.float(), q.float(), q.float()).to(dtype))
+    x = torch.randn(2, 3, 7, 16, generator=torch.Generator().manual_seed(0)).to(dtype)
+    mask = torch.ones(7, 7, dtype=torch.bool).tril()
+    assert_close(scaled_dot_product_attention(x, x, x, mask), F.scaled_dot_product_attention(x, x, x, attn_mask=mask),
+                 atol=1e-2, rtol=1e-2)  # fmt: skip
+
+
+# --- the cache list handed to a model -------------------------------------------------------------------
+
+
+def test_models_reject_shared_or_misshapen_kv_caches() -> None:
+    model = tiny_gpt()
+    x = ids([1, 2])
+    shared = KVCache()
+    with pytest.raises(ValueError, match="same cache object"):
+        model(x, kv_caches=[shared, shared])
+    with pytest.raises(ValueError, match="kv_caches has 3 caches; expected one per layer \\(2\\)"):
+        model(x, kv_caches=[KVCache() for _ in range(3)])
+    with pytest.raises(TypeError, match="kv_caches\\[1\\] is a dict"):
+        model(x, kv_caches=[KVCache(), {}])
+    with pytest.raises(TypeError, match="kv_caches must be a list"):
+        model(x, kv_caches=KVCache())
+    caches = model.new_kv_caches()
+    with torch.no_grad():
+        model(x, kv_caches=caches)
+    caches[1].reset()
+    with pytest.raises(ValueError, match="different lengths \\[0, 2\\]"):
+        model(x, kv_caches=caches)
+    torch.manual_seed(0)
+    seq2seq = Transformer(ModelConfig(**TINY)).eval()
+    memory = seq2seq.encode(x)
+    with pytest.raises(ValueError, match="kv_caches has 1 caches"):
+        seq2seq.decode(x, memory, kv_caches=seq2seq.new_kv_caches()[:1])
+    caches = seq2seq.new_kv_caches()
+    caches[1].cross_attn = caches[0].cross_attn
+    with pytest.raises(ValueError, match="same cache object"):
+        seq2seq.decode(x, memory, kv_caches=caches)
+
+
+# --- generation ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda m: generate(m, ids([1, 2]), 2, eos_id=40), ValueError, "eos_id=40 is outside the vocabulary"),
+        (lambda m: generate(m, ids([1, 2]), 2, eos_id=-1), ValueError, "eos_id=-1"),
+        (lambda m: generate(m, ids([1, 41]), 2), ValueError, "token id 41 in ids"),
+        (lambda m: generate(m, ids([1, 2]).float(), 2), TypeError, "ids must hold integer"),
+        (lambda m: generate(m, ids([1, 2]), 2, temperature=float("inf")), ValueError, "temperature=inf"),
+        (lambda m: generate(m, ids([1, 2]), 2, top_p=float("nan")), ValueError, "top_p=nan"),
+        (lambda m: generate(m, ids([1, 2]), 2, greedy="yes"), TypeError, "greedy must be a bool"),
+        (lambda m: beam_search(m, ids([1, 2]), 2, 3, length_penalty=float("nan")), ValueError, "length_penalty=nan"),
+        (lambda m: beam_search(m, ids([1, 2]), 2, 3, length_penalty=float("inf")), ValueError, "length_penalty=inf"),
+        (lambda m: beam_search(m, ids([1, 2]), 2, 3, eos_id=99), ValueError, "eos_id=99"),
+        (lambda m: translate(m, ids([1, 2]), 1, 2, 3), TypeError, "encoder-decoder"),
+    ],
+)
+def test_generation_bad_input(call, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        call(tiny_gpt())
+
+
+def test_translate_checks_its_token_ids() -> None:
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(**TINY)).eval()
+    with pytest.raises(ValueError, match="eos_id=40"):
+        translate(model, ids([3, 4]), 1, 40, 3)
+    with pytest.raises(ValueError, match="bos_id=-2"):
+        translate(model, ids([3, 4]), -2, 2, 3)
+
+
+# --- layers ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: LayerNorm(4)(torch.ones(2, 4, dtype=torch.long)), TypeError, "x must be a floating-point"),
+        (lambda: RMSNorm(4)(torch.ones(2, 4, dtype=torch.int32)), TypeError, "x must be a floating-point"),
+        (lambda: LayerNorm(4, eps=float("nan")), ValueError, "eps=nan"),
+        (lambda: LayerNorm(4, bias="no"), TypeError, "bias must be a bool"),
+        (lambda: FeedForward(4, 8, dropout=-0.1), ValueError, "dropout=-0.1"),
+        (lambda: ResidualBlock(4)(torch.randn(2, 3, 4), lambda h: h[..., :2]), ValueError,
+         r"sublayer returned \(2, 3, 2\) for an input of shape \(2, 3, 4\)"),
+        (lambda: ResidualBlock(4, placement="post")(torch.randn(2, 3, 4), lambda h: h.sum(-1)), ValueError,
+         "sublayer returned"),
+    ],
+)
+def test_layers_bad_input(call, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        call()
+
+
+# --- positions -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: apply_rope(torch.ones(5, 8, dtype=torch.long), torch.ones(5, 4), torch.ones(5, 4)), TypeError,
+         "x must be a floating-point"),
+        (lambda: apply_rope(torch.ones(5, 8), torch.ones(3, 4), torch.ones(3, 4)), ValueError,
+         r"cos has 3 positions .* x has T=5"),
+        (lambda: apply_rope(torch.ones(2, 5, 8), torch.ones(4, 5, 4), torch.ones(4, 5, 4)), ValueError,
+         "cos has 5 positions"),
+        (lambda: rope_frequencies(8, base=1.0), ValueError, "base=1.0"),
+        (lambda: rope_frequencies(8, base=float("nan")), ValueError, "base=nan"),
+        (lambda: sinusoidal_encoding(4, 8, base=0.5), ValueError, "base=0.5"),
+        (lambda: RotaryEmbedding(8, 16, base=-3.0), ValueError, "base=-3.0"),
+        (lambda: inverse_frequencies(7), ValueError, "d_model=7 is odd"),
+    ],
+)
+def test_positions_bad_input(call, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_one_inverse_frequency_helper_behind_sinusoidal_and_rope() -> None:
+    theta = inverse_frequencies(16, 10000.0)
+    assert_close(rope_frequencies(16, dtype=torch.float64), theta)
+    pe = sinusoidal_encoding(5, 16)
+    assert_close(pe[3, 0::2], torch.sin(3 * theta).float())
+    assert_close(pe[3, 1::2], torch.cos(3 * theta).float())
+
+
+# --- scaling and seeding ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("n", "loss", "match"),
+    [
+        ([1e3, 1e4, float("inf"), 1e6], [3.0, 2.5, 2.2, 2.1], "n=.*expected finite numbers > 0"),
+        ([1e3, 1e4, float("nan"), 1e6], [3.0, 2.5, 2.2, 2.1], "n=.*expected finite numbers > 0"),
+        ([1e3, 1e4, 1e5, 1e6], [3.0, float("nan"), 2.2, 2.1], "loss=.*expected finite"),
+        ([1e3, 1e4, 1e5, 1e6], [3.0, 2.5, float("-inf"), 2.1], "loss=.*expected finite"),
+    ],
+)
+def test_fit_power_law_rejects_non_finite_data(n: list, loss: list, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        fit_power_law(n, loss)
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32, 2**64])
+def test_seed_everything_checks_the_range_before_seeding(seed: int) -> None:
+    torch.manual_seed(123)
+    expected = torch.rand(1)
+    torch.manual_seed(123)
+    with pytest.raises(ValueError, match=f"seed={seed} is out of range"):
+        companion.seed_everything(seed)
+    assert torch.equal(torch.rand(1), expected), "a rejected seed must not have seeded torch"
+
+
+def test_seed_everything_accepts_numpy_s_full_range() -> None:
+    companion.seed_everything(2**32 - 1)
+    assert math.isfinite(float(torch.rand(1)))

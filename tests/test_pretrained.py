@@ -1,0 +1,204 @@
+"""Hugging Face folders in both directions: ``GPT.from_pretrained`` and ``GPT.save_pretrained``.
+
+Nothing is downloaded: ``transformers`` builds small GPT-2 and Llama models with random weights and writes
+them into a temporary folder (``model.safetensors``; ``pytorch_model.bin`` is written with ``torch.save``, the
+format older ``transformers`` versions wrote). Every weight is redrawn at a visible scale, so a matrix put in
+the wrong place or left untransposed changes the logits.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.testing import assert_close
+
+from companion.generation import generate
+from companion.models import GPT, ModelConfig
+
+transformers = pytest.importorskip("transformers")
+VOCAB = 97
+
+
+def randomize(model: nn.Module, seed: int = 0) -> nn.Module:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("weight") and p.dim() == 1:  # norm gains around 1
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+    return model.eval()
+
+
+def hf_model(family: str, tie: bool) -> nn.Module:
+    if family == "gpt2":
+        config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=48, n_layer=2, n_head=4,
+                                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=tie,
+                                         bos_token_id=0, eos_token_id=0)  # fmt: skip
+        model = transformers.GPT2LMHeadModel(config)
+    else:
+        config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=48, intermediate_size=128, num_hidden_layers=2,
+                                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                          rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=tie,
+                                          bos_token_id=0, eos_token_id=0)  # fmt: skip
+        model = transformers.LlamaForCausalLM(config)
+    model.config._attn_implementation = "eager"
+    return randomize(model)
+
+
+def write_hf_folder(model: nn.Module, folder: Path, fmt: str) -> Path:
+    if fmt == "safetensors":
+        model.save_pretrained(folder)
+    else:
+        model.config.save_pretrained(folder)
+        torch.save(model.state_dict(), folder / "pytorch_model.bin")
+    return folder
+
+
+def our_config(family: str, tie: bool) -> ModelConfig:
+    if family == "gpt2":
+        return ModelConfig.gpt2_small(vocab_size=VOCAB, d_model=48, n_heads=4, n_layers=2, d_ff=192, max_seq_len=32,
+                                      dropout=0.0, tie_embeddings=tie)  # fmt: skip
+    return ModelConfig.llama_tiny(vocab_size=VOCAB, d_model=48, n_heads=4, n_kv_heads=2, d_ff=128, max_seq_len=64,
+                                  rope_base=500000.0, tie_embeddings=tie)  # fmt: skip
+
+
+def ids(length: int = 11) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (2, length), generator=torch.Generator().manual_seed(1))
+
+
+CASES = [(family, tie, fmt) for family in ("gpt2", "llama") for tie in (True, False)
+         for fmt in ("safetensors", "bin")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("family", "tie", "fmt"), CASES)
+@torch.no_grad()
+def test_from_pretrained_reads_a_transformers_folder(tmp_path: Path, family: str, tie: bool, fmt: str) -> None:
+    ref = hf_model(family, tie)
+    folder = write_hf_folder(ref, tmp_path, fmt)
+    ours = GPT.from_pretrained(folder)
+    assert ours.config == our_config(family, tie)  # read from config.json, not written by hand
+    assert ours.tokenizer is None  # the folder has no tokenizer.json
+    x = ids()
+    assert_close(ours(x), ref(x).logits, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize(("family", "tie", "fmt"), CASES)
+@torch.no_grad()
+def test_save_pretrained_is_loaded_by_transformers(tmp_path: Path, family: str, tie: bool, fmt: str) -> None:
+    torch.manual_seed(0)
+    ours = randomize(GPT(our_config(family, tie)))
+    ours.save_pretrained(tmp_path, safe_serialization=fmt == "safetensors")
+    weights = {"safetensors": "model.safetensors", "bin": "pytorch_model.bin"}[fmt]
+    assert (tmp_path / weights).is_file() and (tmp_path / "config.json").is_file()
+    ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    assert type(ref).__name__ == {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM"}[family]
+    x = ids()
+    assert_close(ref(x).logits, ours(x), atol=1e-4, rtol=1e-4)
+    prompt = x[:, :4]
+    theirs = ref.generate(prompt, max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(generate(ours, prompt, 12, greedy=True), theirs)
+    back = GPT.from_pretrained(tmp_path)  # and the round trip back into companion
+    assert back.config == ours.config
+    assert_close(back(x), ours(x), rtol=0, atol=0)
+
+
+def test_sharded_safetensors(tmp_path: Path) -> None:
+    ref = hf_model("llama", tie=False)
+    ref.save_pretrained(tmp_path, max_shard_size="30KB")
+    assert (tmp_path / "model.safetensors.index.json").is_file()
+    x = ids()
+    with torch.no_grad():
+        assert_close(GPT.from_pretrained(tmp_path)(x), ref(x).logits, atol=1e-4, rtol=1e-4)
+
+
+def test_tokenizer_json_is_attached_and_saved(tmp_path: Path) -> None:
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    alphabet = tokenizers.pre_tokenizers.ByteLevel.alphabet()
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=VOCAB, initial_alphabet=alphabet)
+    tok.train_from_iterator(["I love NLP. The cat sat because it was tired."] * 20, trainer)
+    folder = write_hf_folder(hf_model("gpt2", tie=True), tmp_path / "in", "safetensors")
+    tok.save(str(folder / "tokenizer.json"))
+    model = GPT.from_pretrained(folder)
+    text = "I love NLP"
+    assert model.tokenizer.encode(text).ids == tok.encode(text).ids
+    assert model.tokenizer.decode(model.tokenizer.encode(text).ids) == text
+    model.save_pretrained(tmp_path / "out")  # the attached tokenizer travels with the model
+    assert json.loads((tmp_path / "out" / "tokenizer.json").read_text()) == json.loads(tok.to_str())
+
+
+@torch.no_grad()
+def test_a_model_trained_by_companion_train_leaves_the_course(tmp_path: Path) -> None:
+    from companion.cli.run_folder import load_run
+    from companion.cli.train import main
+    from companion.data import char_corpus
+
+    (tmp_path / "text.txt").write_text(char_corpus(), encoding="utf-8")
+    for arch in ("gpt2", "llama"):
+        run = tmp_path / arch
+        assert main([str(tmp_path / "text.txt"), "--out", str(run), "--tokenizer", "char", "--arch", arch,
+                     "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--seq-len", "16", "--steps", "3",
+                     "--no-progress"]) == 0  # fmt: skip
+        ours = load_run(run).model
+        ours.save_pretrained(tmp_path / f"{arch}-hf")
+        ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / f"{arch}-hf").eval()
+        x = torch.randint(0, ours.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+        assert_close(ref(x).logits, ours(x), atol=1e-4, rtol=1e-4)
+
+
+# --- errors ---------------------------------------------------------------------------------------------
+
+
+def test_missing_folder_config_or_weights(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="does not exist.*snapshot_download"):
+        GPT.from_pretrained(tmp_path / "gpt2")
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        GPT.from_pretrained(tmp_path)
+    hf_model("gpt2", tie=True).config.save_pretrained(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no model.safetensors or pytorch_model.bin"):
+        GPT.from_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"\x00" * 40)
+    with pytest.raises(ValueError, match="corrupt or unreadable"):
+        GPT.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [({"model_type": "bert"}, "model_type='bert' is not supported"),
+     ({"activation_function": "swish"}, "activation_function='swish'"),
+     ({"scale_attn_by_inverse_layer_idx": True}, "attention scaling")],
+)  # fmt: skip
+def test_unsupported_configs_are_named(tmp_path: Path, change: dict[str, object], needle: str) -> None:
+    write_hf_folder(hf_model("gpt2", tie=True), tmp_path, "safetensors")
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(cfg | change))
+    with pytest.raises(ValueError, match=needle):
+        GPT.from_pretrained(tmp_path)
+
+
+def test_weights_that_do_not_fit_config_json(tmp_path: Path) -> None:
+    write_hf_folder(hf_model("llama", tie=False), tmp_path, "safetensors")
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(cfg | {"intermediate_size": 64}))
+    with pytest.raises(ValueError, match="shape"):
+        GPT.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("config", "needle"),
+    [(ModelConfig.transformer_base(vocab_size=VOCAB, d_model=48, n_heads=4, n_layers=1, d_ff=64), "norm_placement"),
+     (ModelConfig.llama_tiny(vocab_size=VOCAB, rope_pairing="adjacent"), "rope_pairing='adjacent'"),
+     (ModelConfig.gpt2_small(vocab_size=VOCAB, d_model=48, n_heads=4, n_kv_heads=2, n_layers=1, d_ff=64,
+                             max_seq_len=16), "n_kv_heads=2")],
+)  # fmt: skip
+def test_save_pretrained_refuses_other_shapes(tmp_path: Path, config: ModelConfig, needle: str) -> None:
+    with pytest.raises(ValueError, match=needle):
+        GPT(config).save_pretrained(tmp_path)
+    assert not list(tmp_path.iterdir())  # nothing written
