@@ -6,6 +6,10 @@ reader then announces a name that does not contain the words a sighted reader se
 "Label in Name" (axe rule ``label-content-name-mismatch``, serious). This extension writes the same
 ``<details>`` without the aria-label, so the summary's name is its visible text.
 
+docutils writes the bibliography as ``<div role="list">`` around entries with the DPub role
+``doc-biblioentry``, which ARIA 1.2 deprecates (axe ``aria-deprecated-role``); a list whose children are
+not list items fails ``aria-required-children`` (critical). The entries are written as ``role="listitem"``.
+
 The theme's toolbar buttons have the same defect; they are fixed by the template overrides in
 ``book/_templates/components/``.
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 from html import escape
 
+from docutils import nodes
 from sphinx.application import Sphinx
 
 
@@ -30,10 +35,24 @@ def depart_hide_cell_input(self, node) -> None:
     self.body.append("</details>\n")
 
 
+def visit_citation(self, node) -> None:
+    # As docutils' HTML writer, but each entry is a plain list item of the citation list.
+    if not isinstance(node.previous_sibling(), type(node)):
+        self.body.append('<div role="list" class="citation-list">\n')
+    self.body.append(self.starttag(node, "div", classes=[node.tagname], role="listitem"))
+
+
+def depart_citation(self, node) -> None:
+    self.body.append("</div>\n")
+    if not isinstance(node.next_node(descend=False, siblings=True), type(node)):
+        self.body.append("</div>\n")
+
+
 def _override_myst_nb(app: Sphinx) -> None:
     from myst_nb.sphinx_ import HideCodeCellNode
 
     app.add_node(HideCodeCellNode, override=True, html=(visit_hide_cell_input, depart_hide_cell_input))
+    app.add_node(nodes.citation, override=True, html=(visit_citation, depart_citation))
 
 
 def setup(app: Sphinx) -> dict:
