@@ -1,5 +1,5 @@
 # The two commands of the README: `make book` and `make test`. Also `make lab`, `make notebooks`, `make workbooks`,
-# `make bench`.
+# `make bench`, and for the Chinese edition `make pot`, `make book-en`, `make book-zh`.
 # Every target first makes sure .venv exists and matches requirements.txt (reinstalled when it changes).
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -13,7 +13,7 @@ export TOKENIZERS_PARALLELISM := false
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: venv book test unit nbval booktest lab notebooks workbooks bench clean
+.PHONY: venv book book-en book-zh pot test unit nbval booktest lab notebooks workbooks bench clean
 
 venv: $(STAMP)
 
@@ -22,16 +22,30 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	cp requirements.txt $(STAMP)
 
+# Both editions: English at _build/html/, Chinese (from locales/zh_CN) at _build/html/zh/, same page paths.
 book: $(STAMP)
+	$(BIN)/python scripts/i18n.py build-all
+
+book-en: $(STAMP)
 	$(BIN)/jupyter-book build . --path-output . -n -W --keep-going
 	@echo "Built: _build/html/index.html"
+
+book-zh: $(STAMP)
+	$(BIN)/python scripts/i18n.py build zh_CN
+
+# Refresh the message templates from the book and merge them into locales/zh_CN/LC_MESSAGES/*.po:
+# changed English becomes fuzzy (with the old English as `#| msgid`), deleted English becomes obsolete.
+pot: $(STAMP)
+	$(BIN)/python scripts/i18n.py pot
 
 test: $(STAMP)
 	$(BIN)/ruff check companion tests benchmarks
 	$(BIN)/python -m pytest tests -m "not book" -n 2 --dist loadfile -q -p no:cacheprovider
 	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with book/nbval_sanitize.cfg \
 		-n 2 --dist loadfile -q -p no:cacheprovider $(NOTEBOOKS)
-	$(BIN)/python -m pytest tests -m book -q -p no:cacheprovider
+	$(BIN)/python scripts/i18n.py build-all --fresh
+	rm -f _build/axe-report.txt
+	BOOK_PREBUILT=1 $(BIN)/python -m pytest tests -m book -n 2 -q -p no:cacheprovider
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests -m "not book" -n 2 --dist loadfile -q

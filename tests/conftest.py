@@ -3,9 +3,11 @@
 Every test process uses one torch thread: `make test` runs two pytest workers on a 2-core machine, and
 tiny models run several times slower when two processes each start two threads (oversubscription).
 
-``built_book``: builds the HTML book once per test session, exactly as ``make book`` does but from a
-fresh environment (``--all``), so that every page is read again and every warning is reported.
-It fails with the build log when the build fails or prints a warning.
+``built_book``: both editions of the HTML book, built as ``make book`` does but from a fresh environment
+(``scripts/i18n.py build-all --fresh``: every page read again, every warning reported), English into
+``_build/html`` and Chinese into ``_build/html/zh``. ``make test`` builds before the book tests and sets
+``BOOK_PREBUILT=1``, so that its two pytest workers share that build. The fixture fails with the build log
+when a build failed or printed a warning.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import dataclasses
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
 
@@ -31,36 +32,43 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 class BuiltBook:
     """Where the book was built and what the build printed."""
 
-    html: pathlib.Path  # _build/html
-    log: str  # stdout + stderr of `jupyter-book build`, colour codes removed
+    html: pathlib.Path  # _build/html (English); the Chinese edition is html / "zh"
+    log: str  # stdout + stderr of both builds, colour codes removed
     warnings: tuple[str, ...]  # the lines of the log that report a warning or an error
-
-
-def _jupyter_book() -> list[str]:
-    exe = pathlib.Path(sys.executable).with_name("jupyter-book")
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "jupyter_book.cli.main"]
 
 
 @pytest.fixture(scope="session")
 def built_book() -> BuiltBook:
-    """Build the book into _build/html once (about 10 s); fail with the log on any warning."""
+    """Both editions, built once (two processes, about 40 s); fail with the log on any warning.
+
+    ``make test`` builds them before the book tests (``scripts/i18n.py build-all --fresh``) and sets
+    ``BOOK_PREBUILT=1``, so that the two pytest workers share one build; otherwise this fixture builds."""
     html = ROOT / "_build" / "html"
-    shutil.rmtree(html, ignore_errors=True)  # no stale pages from earlier builds
-    env = {
-        **os.environ,
-        "MPLBACKEND": "Agg",
-        "PYDEVD_DISABLE_FILE_VALIDATION": "1",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-    }
-    cmd = [*_jupyter_book(), "build", ".", "--path-output", ".", "--all", "-n", "-W", "--keep-going"]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    log = _ANSI.sub("", proc.stdout + "\n" + proc.stderr)
-    warnings = tuple(line for line in log.splitlines() if re.search(r"\b(WARNING|ERROR|CRITICAL)\b", line))
-    if proc.returncode != 0 or warnings:
-        shown = "\n".join(warnings) if warnings else log[-6000:]
-        pytest.fail(
-            f"`{' '.join(cmd[1:])}` exited {proc.returncode} with {len(warnings)} warning(s):\n{shown}",
-            pytrace=False,
-        )
-    return BuiltBook(html=html, log=log, warnings=warnings)
+    logs = ROOT / "_build" / "logs"
+    if os.environ.get("BOOK_PREBUILT") != "1":
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            pytest.fail("with pytest -n, build first (`scripts/i18n.py build-all --fresh`) and set BOOK_PREBUILT=1",
+                        pytrace=False)
+        env = {
+            **os.environ,
+            "MPLBACKEND": "Agg",
+            "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+        }
+        cmd = [sys.executable, str(ROOT / "scripts" / "i18n.py"), "build-all", "--fresh"]
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+        if proc.returncode != 0:
+            pytest.fail(f"`{' '.join(cmd[1:])}` exited {proc.returncode}:\n{proc.stdout[-6000:]}", pytrace=False)
+    text = []
+    for name in ("en", "zh_CN"):
+        path = logs / f"{name}.log"
+        if not path.exists():
+            pytest.fail(f"no build log {path}: build with `scripts/i18n.py build-all --fresh`", pytrace=False)
+        log = _ANSI.sub("", path.read_text(encoding="utf-8"))
+        text.append(log)
+        warnings = tuple(line for line in log.splitlines() if re.search(r"\b(WARNING|ERROR|CRITICAL)\b", line))
+        if warnings:
+            pytest.fail(f"the {name} build printed {len(warnings)} warning(s):\n" + "\n".join(warnings),
+                        pytrace=False)
+    return BuiltBook(html=html, log="\n".join(text), warnings=())

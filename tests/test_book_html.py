@@ -95,6 +95,8 @@ TOC_ROOT, TOC_PARTS = _toc()
 DOCNAMES = [TOC_ROOT] + [f for part in TOC_PARTS for f in part.files]
 NOTEBOOKS = [d for d in DOCNAMES if (ROOT / (d + ".ipynb")).exists()]
 PAGES = ["index.html", *(d + ".html" for d in DOCNAMES), "genindex.html", "search.html"]
+ZH = "zh/"  # the Chinese edition: the same page paths under zh/ (scripts/i18n.py, issue 14)
+ZH_PAGES = [ZH + p for p in PAGES]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -477,17 +479,27 @@ def _screenshot_pages(built_book) -> dict[str, str]:
     return {TOC_ROOT + ".html": "home", chapter + ".html": "chapter", bibliography + ".html": "bibliography"}
 
 
-@pytest.mark.parametrize("path", PAGES)
+@pytest.mark.parametrize("path", PAGES + ZH_PAGES)
 def test_page_works_offline_in_the_browser(built_book, browser, server: str, path: str) -> None:
-    lands_on = TOC_ROOT + ".html" if path == "index.html" else None  # index.html redirects to the root
+    zh = path.startswith(ZH)
+    page_path = path[len(ZH) :] if zh else path
+    # index.html redirects to the root page
+    lands_on = (ZH if zh else "") + TOC_ROOT + ".html" if page_path == "index.html" else None
     with _visit(browser, server + path, lands_on=lands_on) as visit:
         _check_page(visit, path)
         assert visit.page.locator("img.logo__image").count() >= 1, f"{path}: no logo"
         assert visit.page.locator('link[rel="icon"], link[rel="shortcut icon"]').count() >= 1, "no favicon"
-        if path.endswith(".html") and path[:-5] in NOTEBOOKS:
+        lang = visit.page.evaluate("document.documentElement.lang")
+        assert lang == ("zh-CN" if zh else "en"), f"{path}: <html lang={lang!r}>"
+        if page_path.endswith(".html") and page_path[:-5] in DOCNAMES:
+            # The language switch leads to the same page in the other edition.
+            href = visit.page.locator("a.language-switch").get_attribute("href")
+            other = urllib.parse.urljoin(visit.page.url, href)
+            assert other == server + (page_path if zh else ZH + page_path), f"{path}: switch goes to {other}"
+        if page_path.endswith(".html") and page_path[:-5] in NOTEBOOKS:
             launch = visit.page.locator('a[href*="mybinder.org"], a[href*="colab.research.google.com"]')
             assert launch.count() >= 2, f"{path}: launch buttons missing"
-        label = _screenshot_pages(built_book).get(path)
+        label = None if zh else _screenshot_pages(built_book).get(path)
         if label:  # for a human look (the README says where they are)
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)
             visit.page.screenshot(path=str(SCREENSHOTS / f"{label}.png"))
@@ -511,8 +523,9 @@ def _page_with(built_book, needle: str) -> str | None:
     return None
 
 
-def test_chinese_prose_renders_with_the_bundled_font(built_book, browser, server: str) -> None:
-    path = _page_with(built_book, "注意力") or TOC_ROOT + ".html"
+@pytest.mark.parametrize("edition", ["", ZH])
+def test_chinese_prose_renders_with_the_bundled_font(built_book, browser, server: str, edition: str) -> None:
+    path = edition + (_page_with(built_book, "注意力") or TOC_ROOT + ".html")
     with _visit(browser, server + path) as visit:
         page = visit.page
         # Mark the first element of the prose whose own text holds Chinese characters.
@@ -623,13 +636,14 @@ def test_every_figure_cell_has_alt_text_in_its_metadata(docname: str) -> None:
 
 
 # axe-core rules: WCAG 2.0-2.2 A and AA, plus the experimental ones among them (label-content-name-mismatch,
-# WCAG 2.5.3, is experimental in axe and off unless asked for).
-_AXE_OPTIONS = {
-    "runOnly": {
-        "type": "tag",
-        "values": ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22a", "wcag22aa", "experimental"],
-    }
-}
+# WCAG 2.5.3, is experimental in axe and off unless asked for). Only violations are reported in detail
+# (resultTypes): listing every passing node of a page with thousands of MathJax and code elements more than
+# doubles the time of an audit.
+_WCAG_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22a", "wcag22aa", "experimental"]
+_AXE_OPTIONS = {"runOnly": {"type": "tag", "values": _WCAG_TAGS}, "resultTypes": ["violations"]}
+# What changes between the light and the dark scheme is colour: the dark audit runs the colour rules.
+_AXE_COLOUR_RULES = ["color-contrast", "link-in-text-block"]
+_AXE_COLOUR_OPTIONS = {"runOnly": {"type": "rule", "values": _AXE_COLOUR_RULES}, "resultTypes": ["violations"]}
 AXE_REPORT = ROOT / "_build" / "axe-report.txt"
 
 
@@ -637,14 +651,15 @@ AXE_REPORT = ROOT / "_build" / "axe-report.txt"
 def axe():
     module = pytest.importorskip("axe_playwright_python.sync_playwright")
     AXE_REPORT.parent.mkdir(parents=True, exist_ok=True)
-    AXE_REPORT.write_text("", encoding="utf-8")
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # under `make test` (two workers) the Makefile empties it
+        AXE_REPORT.write_text("", encoding="utf-8")
     return module.Axe()
 
 
-def _audit(axe, page, name: str) -> None:
+def _audit(axe, page, name: str, options: dict = _AXE_OPTIONS) -> None:
     """Run axe-core on the open page: no serious or critical violation; the rest goes to the report."""
     page.add_style_tag(content="*, *::before, *::after { transition: none !important; animation: none !important; }")
-    result = axe.run(page, options=_AXE_OPTIONS).response
+    result = axe.run(page, options=options).response
     severe, other = [], []
     for v in result["violations"]:
         line = f"{name}: {v['id']} ({v['impact']}, {len(v['nodes'])} nodes): " + "; ".join(
@@ -661,8 +676,12 @@ def _audit(axe, page, name: str) -> None:
 AUDITED_PAGES = [p for p in PAGES if p != "index.html"]  # index.html only redirects to the root page
 
 
-@pytest.mark.parametrize("scheme", ["light", "dark"])
-@pytest.mark.parametrize("path", AUDITED_PAGES)
+# Every page of both editions in the light scheme with every rule; the English pages again in the dark
+# scheme with the colour rules (the zh pages share the stylesheets, and their own text is checked in light).
+@pytest.mark.parametrize(
+    ("path", "scheme"),
+    [(p, "light") for p in AUDITED_PAGES + [ZH + p for p in AUDITED_PAGES]] + [(p, "dark") for p in AUDITED_PAGES],
+)
 def test_page_passes_the_axe_audit(built_book, browser, server: str, axe, path: str, scheme: str) -> None:
     context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme=scheme)
     context.add_init_script(f"localStorage.setItem('mode', '{scheme}'); localStorage.setItem('theme', '{scheme}');")
@@ -672,7 +691,7 @@ def test_page_passes_the_axe_audit(built_book, browser, server: str, axe, path: 
         page.goto(server + path, wait_until="load")
         page.evaluate(_MATHJAX_DONE)
         assert page.evaluate("document.documentElement.dataset.theme") == scheme
-        _audit(axe, page, f"{path} [{scheme}]")
+        _audit(axe, page, f"{path} [{scheme}]", _AXE_OPTIONS if scheme == "light" else _AXE_COLOUR_OPTIONS)
     finally:
         context.close()
 
@@ -739,9 +758,10 @@ def test_dropdowns_and_copy_buttons_work_from_the_keyboard(built_book, browser, 
         assert copied.strip() and copied.strip().splitlines()[0] in code
 
 
-def test_bold_chinese_is_drawn_bold(built_book, browser, server: str) -> None:
+@pytest.mark.parametrize("edition", ["", ZH])
+def test_bold_chinese_is_drawn_bold(built_book, browser, server: str, edition: str) -> None:
     """The CJK web font has one weight: it must be declared as 400 so the browser synthesises bold."""
-    with _visit(browser, server + TOC_ROOT + ".html") as visit:
+    with _visit(browser, server + edition + TOC_ROOT + ".html") as visit:
         page = visit.page
         page.evaluate(
             """() => { const m = document.querySelector('main');
@@ -760,3 +780,73 @@ def test_bold_chinese_is_drawn_bold(built_book, browser, server: str) -> None:
 
         normal, bold = ink("#cjk-n"), ink("#cjk-b")
         assert bold > 1.15 * normal, f"bold Chinese is not bold: {bold} dark pixels against {normal}"
+
+
+# --------------------------------------------------------------------------------------------------
+# The Chinese edition (issue 14): UI strings, font coverage, search, the language switch
+# --------------------------------------------------------------------------------------------------
+
+# English UI strings of the themes and extensions, and what the zh edition must say instead.
+_UI_ENGLISH = ("Search this book", "Show code cell", "Hide code cell", "Click to show", "Click to hide",
+               "Solution to", ">Exercise ", "Skip to main content", "Contents")
+_UI_CHINESE = ("搜索本书", "显示代码", "点击显示", "练习", "解答", "跳转至主要内容", "目录")
+
+
+def test_the_chinese_edition_has_chinese_ui_strings(built_book) -> None:
+    zh = built_book.html / "zh"
+    chapter = (zh / (_page_with_exercises(built_book))).read_text(encoding="utf-8")
+    visible = re.sub(r"<script.*?</script>|<[^>]+>", " ", chapter, flags=re.S)
+    for word in _UI_CHINESE:
+        assert word in chapter, f"zh/{_page_with_exercises(built_book)}: no {word!r}"
+    english = [w for w in _UI_ENGLISH if w in visible or f"'{w}" in chapter]
+    assert not english, f"the zh edition still shows English UI strings: {english}"
+    assert 'lang="zh-CN"' in chapter
+
+
+def _font_characters(font: pathlib.Path) -> set[str]:
+    from fontTools.ttLib import TTFont
+
+    return {chr(c) for c in TTFont(str(font)).getBestCmap()}
+
+
+@pytest.mark.parametrize("edition", ["", ZH])
+def test_the_cjk_font_covers_every_chinese_character_of_its_edition(built_book, edition: str) -> None:
+    """Each edition subsets the CJK font from its own pages (book/_ext/offline_assets.py): none is missing."""
+    cjk = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+    html = built_book.html / edition if edition else built_book.html
+    used: set[str] = set()
+    for path in _html_files(html):
+        if edition or path.relative_to(html).parts[0] != ZH.rstrip("/"):
+            used |= set(cjk.findall(path.read_text(encoding="utf-8")))
+    covered = _font_characters(html / "_static" / "fonts" / "cjk-subset.woff")
+    assert len(used) > (1000 if edition else 100), f"only {len(used)} distinct Chinese characters"
+    missing = sorted(used - covered)
+    assert not missing, f"{edition or 'English'} edition: characters missing from the CJK font: {''.join(missing)}"
+
+
+def test_search_finds_chinese_words_in_body_text(built_book, browser, server: str) -> None:
+    """jieba segments the zh pages, so the search index has 注意力 as a word of the prose, not only of titles."""
+    with _visit(browser, server + ZH + "search.html?q=注意力", wait_for_math=False) as visit:
+        results = visit.page.locator("#search-results ul.search li")
+        results.first.wait_for(timeout=20_000)
+        titles = [t.strip() for t in results.locator("a").all_inner_texts()]
+        assert len(titles) >= 5, f"only {titles}"
+        assert any("注意力" not in t for t in titles), f"only pages whose title holds 注意力: {titles}"
+        _check_page(visit, "zh/search.html?q=注意力")
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        visit.page.screenshot(path=str(SCREENSHOTS / "search-zh.png"))
+
+
+def test_the_language_switch_round_trips(built_book, browser, server: str) -> None:
+    start = server + NOTEBOOKS[3] + ".html"
+    with _visit(browser, start) as visit:
+        page = visit.page
+        page.locator("a.language-switch").click()
+        page.wait_for_url(server + ZH + NOTEBOOKS[3] + ".html", wait_until="load")
+        assert page.evaluate("document.documentElement.lang") == "zh-CN"
+        assert page.locator("a.language-switch").inner_text().strip() == "English"
+        page.locator("a.language-switch").click()
+        page.wait_for_url(start, wait_until="load")
+        assert page.evaluate("document.documentElement.lang") == "en"
+        assert page.locator("a.language-switch").inner_text().strip() == "中文"
+        _check_page(visit, NOTEBOOKS[3] + ".html (after the round trip)")

@@ -58,7 +58,9 @@ def test_notebook_starts_with_setup_and_is_executed_cleanly(nb_path: pathlib.Pat
     assert "setup_notebook(" in first[len(nbtools.INSTALL_SNIPPET) :], (
         f"{nb_path.name}: first code cell must call setup_notebook after the install snippet"
     )
-    counts = [c.get("execution_count") for c in code]
+    skipped = [c for c in code if "skip-execution" in c.get("metadata", {}).get("tags", [])]  # never run: no outputs
+    assert all(c.get("execution_count") is None and not c.get("outputs") for c in skipped), "a skipped cell has output"
+    counts = [c.get("execution_count") for c in code if c not in skipped]
     assert None not in counts, f"{nb_path.name} has unexecuted cells; run `make notebooks`"
     assert counts == list(range(counts[0], counts[0] + len(counts))), f"{nb_path.name} was not run top to bottom"
     text = json.dumps([c.get("outputs", []) for c in code])

@@ -89,6 +89,18 @@ def seeded(seed: int) -> torch.Generator:
 # ------------------------------------------------------------------------------------------ building checks
 
 
+def near(value: float, rtol: float = 1e-6) -> Callable[[Any], bool]:
+    """A mistake matcher: the reader's number equals ``value`` within ``rtol`` (anything else: no match)."""
+
+    def matches(out: Any) -> bool:
+        try:
+            return math.isclose(float(out), value, rel_tol=rtol)
+        except (TypeError, ValueError):
+            return False
+
+    return matches
+
+
 def value_check(
     name: str,
     expected: Any,

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from companion.exercises._runner import Case, Check, value_check
+from companion.exercises._runner import Case, Check, near, value_check
 
 CHAPTER = "10_scaling"
 
@@ -76,15 +76,6 @@ def _pair_judge(expected: tuple[float, ...], names: tuple[str, ...], rtol: float
     return judge
 
 
-def _near(value: float, rtol: float = 1e-6) -> Callable[[Any], bool]:
-    def matches(out: Any) -> bool:
-        try:
-            return math.isclose(float(out), value, rel_tol=rtol)
-        except (TypeError, ValueError):
-            return False
-
-    return matches
-
 
 def _forward_flops_cases() -> list[Case]:
     from companion.models import ModelConfig
@@ -108,16 +99,16 @@ def _forward_flops_cases() -> list[Case]:
         head = 2 * config.d_model * config.vocab_size
         mistakes = [
             (
-                _near(expected - attention),
+                near(expected - attention),
                 "you left out attention itself: a query scored against T keys and "
                 "mixing T values costs 4·T·D FLOPs per layer (QKᵀ and AV).",
             ),
-            (_near(expected / 2), "you counted multiply-adds: each is 2 FLOPs (one multiply, one add)."),
+            (near(expected / 2), "you counted multiply-adds: each is 2 FLOPs (one multiply, one add)."),
             (
-                _near(expected - attention / 2),
+                near(expected - attention / 2),
                 "Kaplan's 2·L·T·D counts the scores QKᵀ only: the weighted sum AV costs as much again, 4·L·T·D in all.",
             ),
-            (_near(expected - head), "the output head is a D × V matrix too: add 2·D·V FLOPs."),
+            (near(expected - head), "the output head is a D × V matrix too: add 2·D·V FLOPs."),
         ]
         cases.append(Case(label, (config, t), _near_judge(expected), mistakes=mistakes))
     return cases
