@@ -147,7 +147,7 @@ def print_stats(language: str) -> None:
 
 # ------------------------------------------------------------------------------------------------ checks
 _MATH = re.compile(r"\$\$.+?\$\$|\$[^$\n]+?\$", re.S)
-_ROLE = re.compile(r"\{[a-zA-Z:-]+\}`[^`]*`")
+_ROLE = re.compile(r"(?<!`)\{[a-zA-Z:-]+\}`[^`]*`")  # not `{cite}` written as inline code
 _CODE = re.compile(r"(?<![}`])(`+)(?!`)(.+?)(?<!`)\1(?!`)")
 _LINK_TARGET = re.compile(r"\]\(([^)\s]+)\)")
 _URL = re.compile(r"https?://[^\s)>\]]+")

@@ -16,6 +16,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+from collections import Counter
 
 import pytest
 
@@ -90,6 +91,12 @@ def test_the_markup_check_accepts_a_faithful_translation() -> None:
     chinese = ("**自注意力（self-attention）** 用 `q @ k.T` 计算 $QK^\\top$ {cite}`notesA`；"
                "见 {ref}`因果掩码 <sec-causal>` 与 [笔记](notes.md)，*而不是* 那张图。")
     assert i18n.markup_problems(english, chinese) == []
+
+
+def test_a_role_written_as_inline_code_is_code() -> None:
+    found = i18n.markup("MyST's `:::` and `{cite}`, and a real one {cite}`notesA`")
+    assert found["code"] == Counter({"`:::`": 1, "`{cite}`": 1})
+    assert found["roles"] == Counter({"{cite}`notesA`": 1})
 
 
 def test_the_terms_given_in_the_english_must_appear() -> None:
