@@ -9,6 +9,11 @@ Times one forward pass (no gradients, eval mode) of:
                 with no checks and no module around it;
 * ``torch_mha`` torch.nn.MultiheadAttention of the same size.
 
+With ``--causal`` the reference calls ``F.scaled_dot_product_attention(..., is_causal=True)`` (no mask in
+memory), ``fast`` and ``explicit`` are called with ``is_causal=True`` as the GPT calls them, and one more
+variant, ``fast_mask``, passes the same causal mask as a boolean (T, T) tensor instead (what a causal model
+did before it had ``is_causal``).
+
 Prints the median over ``--repeats`` runs and each time as a ratio to ``sdpa``.
 Targets: fast <= 1.1x, explicit <= 3x. Default size B=8, T=1024, D=768, H=12 (GPT-2 small's layer);
 ``--small`` uses B=2, T=256 for a quick check.
@@ -46,21 +51,21 @@ def median_seconds(variants: dict[str, Callable[[], Tensor]], repeats: int) -> d
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-def reference_sdpa(attn: MultiHeadAttention, x: Tensor, mask: Tensor | None) -> Tensor:
+def reference_sdpa(attn: MultiHeadAttention, x: Tensor, causal: bool) -> Tensor:
     """The same projections as ``attn`` around PyTorch's fused attention, with nothing else."""
     b, t, d = x.shape
     h, d_h = attn.n_heads, attn.head_dim
     q = attn.q_proj(x).view(b, t, h, d_h).transpose(1, 2)  # (B, H, T, D_h)
     k = attn.k_proj(x).view(b, t, h, d_h).transpose(1, 2)  # (B, H, T, D_h)
     v = attn.v_proj(x).view(b, t, h, d_h).transpose(1, 2)  # (B, H, T, D_h)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, D_h)
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # (B, H, T, D_h)
     return attn.o_proj(out.transpose(1, 2).reshape(b, t, d))  # (B, T, D)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="B=2, T=256 instead of B=8, T=1024")
-    parser.add_argument("--causal", action="store_true", help="apply a causal mask (boolean, same for all)")
+    parser.add_argument("--causal", action="store_true", help="causal attention (is_causal=True)")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per variant (median reported)")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     args = parser.parse_args()
@@ -77,15 +82,20 @@ def main() -> None:
     mask = causal_mask(t) if args.causal else None
     blocked = None if mask is None else ~mask  # nn.MultiheadAttention: True = blocked
 
+    causal = args.causal
     variants: dict[str, Callable[[], Tensor]] = {
-        "sdpa": lambda: reference_sdpa(explicit, x, mask),
-        "fast": lambda: fast(x, mask=mask),
-        "explicit": lambda: explicit(x, mask=mask),
+        "sdpa": lambda: reference_sdpa(explicit, x, causal),
+        "fast": lambda: fast(x, is_causal=causal),
+        "explicit": lambda: explicit(x, is_causal=causal),
         "torch_mha": lambda: torch_mha(x, x, x, attn_mask=blocked, need_weights=False)[0],
     }
+    if causal:
+        variants["fast_mask"] = lambda: fast(x, mask=mask)  # the (T, T) boolean mask built and passed
     with torch.no_grad():
         torch.testing.assert_close(variants["fast"](), variants["sdpa"]())
         torch.testing.assert_close(variants["explicit"](), variants["sdpa"](), atol=1e-4, rtol=1e-4)
+        if causal:
+            torch.testing.assert_close(variants["fast_mask"](), variants["sdpa"](), atol=1e-5, rtol=1e-5)
         times = median_seconds(variants, args.repeats)
 
     print(f"B={b} T={t} D={d} H={h} causal={args.causal} threads={torch.get_num_threads()} "

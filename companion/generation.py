@@ -284,23 +284,28 @@ def generate(
     _check_eos(eos_id, vocab_size)
     gen = _make_generator(generator, ids.device)
     ids = ids.long()
-    out, step_input = ids, ids
-    finished = torch.zeros(ids.size(0), dtype=torch.bool, device=ids.device)  # (B,)
+    b, t = ids.shape
+    out = torch.empty(b, t + max_new_tokens, dtype=torch.long, device=ids.device)  # filled step by step
+    out[:, :t] = ids
+    step_input = ids
+    finished = torch.zeros(b, dtype=torch.bool, device=ids.device)  # (B,)
+    # Everything was checked above, once; the loop does no read-back to the host except the eos test.
     with eval_mode(model):
         caches = model.new_kv_caches() if use_cache else None
         for step in range(max_new_tokens):
             logits = model(step_input, kv_caches=caches) if use_cache else model(step_input)  # (B, T, V)
             if step == 0:
-                _check_logits(logits, ids.size(0), eos_id)
+                _check_logits(logits, b, eos_id)
             logits = logits[:, -1, :]  # (B, V): only the last position predicts
             next_id = _pick(logits, temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy, generator=gen)
             if eos_id is not None:
                 next_id = next_id.masked_fill(finished, eos_id)
                 finished |= next_id == eos_id
-            out = torch.cat([out, next_id[:, None]], dim=1)  # (B, T + 1)
-            step_input = next_id[:, None] if use_cache else out  # with a cache, only the new token goes in
+            out[:, t + step] = next_id  # (B, T + step + 1) filled
+            # with a cache only the new token goes in; without one the whole sequence so far
+            step_input = out[:, t + step : t + step + 1] if use_cache else out[:, : t + step + 1]
             if eos_id is not None and bool(finished.all()):
-                break
+                return out[:, : t + step + 1]
     return out
 
 

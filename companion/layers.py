@@ -85,7 +85,10 @@ class FeedForward(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """Shapes: x (..., D) -> hidden (..., d_ff) -> returns (..., D)"""
         _check_input(x, self.d_model)
-        return self.down_proj(self.dropout(self.act(self.up_proj(x))))
+        h = self.act(self.up_proj(x))  # (..., d_ff)
+        if self.training and self.dropout.p > 0:
+            h = self.dropout(h)
+        return self.down_proj(h)
 
 
 class SwiGLU(nn.Module):
@@ -220,10 +223,14 @@ class ResidualBlock(nn.Module):
         if self.placement == "pre":
             out = sublayer(self.norm(x))
             _check_same_shape(x, out)
-            return x + self.dropout(out)
+            return x + self._drop(out)
         out = sublayer(x)
         _check_same_shape(x, out)
-        return self.norm(x + self.dropout(out))
+        return self.norm(x + self._drop(out))
+
+    def _drop(self, out: Tensor) -> Tensor:
+        # dropout is the identity at p = 0 or in eval mode: skip the call (it runs twice per layer per token)
+        return self.dropout(out) if self.training and self.dropout.p > 0 else out
 
     def extra_repr(self) -> str:
         return f"placement={self.placement!r}"

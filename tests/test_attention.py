@@ -514,3 +514,159 @@ def test_mixed_devices_are_rejected() -> None:
     meta = torch.empty(5, 8, device="meta")
     with pytest.raises(ValueError, match="device"):
         scaled_dot_product_attention(torch.randn(4, 8), meta, meta)
+
+
+# ----------------------------------------------------------------------------- is_causal
+
+
+@pytest.mark.parametrize("t, s", [(T, T), (3, S), (1, S)])
+@pytest.mark.parametrize("padded", [False, True])
+def test_sdpa_is_causal_equals_the_explicit_causal_mask(t: int, s: int, padded: bool) -> None:
+    """is_causal=True is causal_mask(T, S) (queries = the last T of S positions), also combined with padding,
+    and equals torch's SDPA given that mask explicitly; gradients too."""
+    q, k, v = (x.requires_grad_() for x in qkv(t, s))
+    pad = padding_mask(torch.tensor([[1] * s, [1] * (s - 2) + [0, 0]]), 0) if padded else None  # (B, 1, 1, S)
+    mask = causal_mask(t, s) if pad is None else causal_mask(t, s) & pad
+    out, weights = scaled_dot_product_attention(q, k, v, pad, True, is_causal=True)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert_close(out, expected)
+    assert_close(weights, scaled_dot_product_attention(q, k, v, mask, True)[1])
+    grads = torch.autograd.grad(out.sum(), (q, k, v))
+    expected_grads = torch.autograd.grad(expected.sum(), (q, k, v))
+    for g, e in zip(grads, expected_grads):
+        assert_close(g, e)
+
+
+def test_sdpa_is_causal_with_an_additive_mask() -> None:
+    q, k, v = qkv(T, T)
+    bias = torch.randn(B, H, T, T)
+    expected = scaled_dot_product_attention(q, k, v, bias + to_additive(causal_mask(T)))
+    assert_close(scaled_dot_product_attention(q, k, v, bias, is_causal=True), expected)
+
+
+@pytest.mark.parametrize("use_sdpa", [False, True])
+@pytest.mark.parametrize("n_kv_heads", [4, 1])
+@pytest.mark.parametrize("padded", [False, True])
+def test_module_is_causal_equals_an_explicit_causal_mask(use_sdpa: bool, n_kv_heads: int, padded: bool) -> None:
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(D, H, n_kv_heads, use_sdpa=use_sdpa)  # training mode (dropout 0): gradients
+    x = torch.randn(B, T, D, requires_grad=True)
+    pad = padding_mask(torch.tensor([[1, 2, 3, 0, 0], [1, 2, 3, 4, 5]]), 0) if padded else None
+    mask = causal_mask(T) if pad is None else causal_mask(T) & pad
+    out = attn(x, mask=pad, is_causal=True)
+    expected = attn(x, mask=mask)
+    assert_close(out, expected)
+    (grad,) = torch.autograd.grad(out.square().sum(), x)
+    (expected_grad,) = torch.autograd.grad(expected.square().sum(), x)
+    assert_close(grad, expected_grad)
+
+
+@pytest.mark.parametrize("use_sdpa", [False, True])
+@pytest.mark.parametrize("chunks", [(1,) * 6, (3, 1, 2), (2, 4)])
+def test_module_is_causal_with_a_kv_cache_aligns_bottom_right(use_sdpa: bool, chunks: tuple) -> None:
+    """With a cache the T new queries come after S - T cached positions: torch's own is_causal (top-left)
+    would hide keys they may see. Chunked decoding with is_causal must equal one causal pass."""
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(D, H, 2, use_sdpa=use_sdpa).eval()
+    x = torch.randn(B, sum(chunks), D)
+    with torch.no_grad():
+        full = attn(x, mask=causal_mask(x.shape[1]))
+        cache, outs, start = KVCache(), [], 0
+        for n in chunks:
+            outs.append(attn(x[:, start : start + n], kv_cache=cache, is_causal=True))
+            start += n
+    assert_close(torch.cat(outs, dim=1), full)
+
+
+def test_fused_is_causal_builds_no_mask(monkeypatch: pytest.MonkeyPatch) -> None:
+    """T == S and nothing else masked: torch's kernel gets is_causal=True and no (T, S) mask at all."""
+    calls = []
+    real = F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append((kwargs.get("attn_mask"), kwargs.get("is_causal")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    attn = MultiHeadAttention(D, H, use_sdpa=True).eval()
+    with torch.no_grad():
+        attn(torch.randn(B, T, D), is_causal=True)
+        cache = KVCache()
+        attn(torch.randn(B, 3, D), kv_cache=cache, is_causal=True)  # T == S: torch's is_causal is right
+        attn(torch.randn(B, 1, D), kv_cache=cache, is_causal=True)  # one new query: nothing to hide
+    assert calls == [(None, True), (None, True), (None, False)]
+
+
+@pytest.mark.parametrize("use_sdpa", [False, True])
+def test_gpt_uses_is_causal_and_still_hides_the_future(use_sdpa: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from companion.models import GPT, ModelConfig
+
+    seen = []
+    real = MultiHeadAttention.forward
+
+    def spy(self, *args, **kwargs):
+        seen.append((kwargs.get("mask"), kwargs.get("is_causal")))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(MultiHeadAttention, "forward", spy)
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(vocab_size=30, d_model=D, n_heads=H, n_layers=2, max_seq_len=16, use_sdpa=use_sdpa))
+    ids = torch.randint(0, 30, (B, 9))
+    with torch.no_grad():
+        out = model(ids)
+        changed = ids.clone()
+        changed[:, -1] = (changed[:, -1] + 1) % 30
+        assert_close(model(changed)[:, :-1], out[:, :-1])  # the last token changes no earlier position
+    assert seen[0] == (None, True)  # no (T, T) mask was built
+
+
+def test_is_causal_bad_values() -> None:
+    q, k, v = qkv(T, S)
+    with pytest.raises(TypeError, match="is_causal"):
+        scaled_dot_product_attention(q, k, v, is_causal="yes")
+    with pytest.raises(TypeError, match="is_causal"):
+        MultiHeadAttention(D, H)(torch.randn(B, T, D), is_causal=1)
+    with pytest.raises(ValueError, match=r"is_causal=True with T=7 queries but only S=5 keys"):
+        scaled_dot_product_attention(k, q, q, is_causal=True)  # 7 queries, 5 keys
+
+
+# ----------------------------------------------------------------------------- the cache's room
+
+
+def test_kv_cache_grows_in_place_and_equals_concatenation() -> None:
+    """Written into spare room, reallocated when full: the stored keys are always the concatenation."""
+    g = torch.Generator().manual_seed(0)
+    cache, ks, vs = KVCache(), [], []
+    rooms = []
+    for n in (3, 1, 1, 1, 4, 1, 7):
+        k, v = torch.randn(B, 2, n, 8, generator=g), torch.randn(B, 2, n, 6, generator=g)
+        ks.append(k)
+        vs.append(v)
+        k_all, v_all = cache.update(k, v)
+        assert torch.equal(k_all, torch.cat(ks, dim=-2)) and torch.equal(v_all, torch.cat(vs, dim=-2))
+        rooms.append(cache._k.shape[-2])
+    assert cache.length == 18 and torch.equal(cache.k, torch.cat(ks, dim=-2))
+    assert len(set(rooms)) < len(rooms)  # some steps wrote into room left by an earlier reallocation
+    assert all(room >= used for room, used in zip(rooms, (3, 4, 5, 6, 10, 11, 18)))
+
+
+def test_kv_cache_max_length_caps_the_room_and_rejects_more() -> None:
+    cache = KVCache(max_length=5)
+    cache.update(torch.randn(1, 1, 3, 4), torch.randn(1, 1, 3, 4))
+    cache.update(torch.randn(1, 1, 1, 4), torch.randn(1, 1, 1, 4))
+    assert cache._k.shape[-2] <= 5
+    with pytest.raises(ValueError, match=r"would hold 6 positions; expected at most max_length=5"):
+        cache.update(torch.randn(1, 1, 2, 4), torch.randn(1, 1, 2, 4))
+    with pytest.raises(TypeError, match="max_length"):
+        KVCache(max_length=2.5)
+
+
+def test_kv_cache_under_autograd_keeps_gradients_right() -> None:
+    """With keys that require grad the cache concatenates (no in-place write): backward works and matches."""
+    k1, k2 = torch.randn(1, 2, 3, 4, requires_grad=True), torch.randn(1, 2, 1, 4, requires_grad=True)
+    cache = KVCache()
+    cache.update(k1, k1 * 2)
+    k_all, v_all = cache.update(k2, k2 * 2)
+    (k_all.sum() + v_all.square().sum()).backward()
+    assert_close(k1.grad, 1 + 8 * k1.detach())
+    assert_close(k2.grad, 1 + 8 * k2.detach())

@@ -258,3 +258,41 @@ def test_translate_rejects_too_long_outputs() -> None:
     model = Transformer(ModelConfig(**TINY))
     with pytest.raises(ValueError, match="max_new_tokens=40"):
         translate(model, torch.ones(1, 3, dtype=torch.long), 1, 2, max_len=40)
+
+
+# --- against Hugging Face ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("use_sdpa", [False, True])
+def test_cached_uncached_and_transformers_greedy_give_the_same_tokens(use_sdpa: bool) -> None:
+    """A small random GPT-2 built by ``transformers`` (nothing downloaded), its weights copied into ours:
+    greedy decoding with the cache, without it and by ``transformers.generate`` agree token for token."""
+    transformers = pytest.importorskip("transformers")
+    from companion.models import load_gpt2_state_dict
+
+    hf_config = transformers.GPT2Config(vocab_size=40, n_positions=48, n_embd=32, n_layer=2, n_head=4,
+                                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)  # fmt: skip
+    torch.manual_seed(0)
+    hf = spread(transformers.GPT2LMHeadModel(hf_config))
+    config = ModelConfig.gpt2_small(vocab_size=40, d_model=32, n_heads=4, n_layers=2, d_ff=128, max_seq_len=48,
+                                    dropout=0.0, use_sdpa=use_sdpa)  # fmt: skip
+    ours = load_gpt2_state_dict(hf.state_dict(), config).eval()
+    prompt = torch.randint(0, 40, (2, 5), generator=torch.Generator().manual_seed(1))
+    n = 30
+    with torch.no_grad():
+        expected = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n, min_new_tokens=n,
+                               do_sample=False, eos_token_id=None, pad_token_id=0)  # fmt: skip
+    cached = generate(ours, prompt, n, greedy=True, use_cache=True)
+    uncached = generate(ours, prompt, n, greedy=True, use_cache=False)
+    assert len(set(expected[0, 5:].tolist())) > 3  # the weights are spread enough not to repeat one token
+    assert torch.equal(cached, expected)
+    assert torch.equal(uncached, expected)
+
+
+def test_generate_leaves_the_prompt_untouched_and_returns_int64() -> None:
+    model = model_for(CACHE_CONFIGS["learned"])
+    prompt = torch.tensor([[3, 1, 4]], dtype=torch.int32)
+    before = prompt.clone()
+    out = generate(model, prompt, 5, greedy=True)
+    assert out.dtype == torch.int64 and out.shape == (1, 8)
+    assert torch.equal(prompt, before) and torch.equal(out[:, :3], before.long())

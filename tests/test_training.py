@@ -506,3 +506,15 @@ def test_training_tokens_and_data_modules_declare_all(name):
     assert isinstance(module.__all__, list) and len(set(module.__all__)) == len(module.__all__)
     missing = [n for n in module.__all__ if getattr(module, n, None) is None]
     assert not missing, f"{name}.__all__ names what it does not define: {missing}"
+
+
+@pytest.mark.parametrize("batch_size, world", [(8, 1), (8, 2), (12, 3), (7, 7)])
+def test_batch_shards_cover_the_global_batch_once(batch_size: int, world: int) -> None:
+    """The rows each process trains on (python -m companion.training and companion-train alike)."""
+    from companion.training.ddp import batch_shard
+
+    rows = [r for rank in range(world) for r in range(batch_size)[batch_shard(batch_size, rank, world)]]
+    assert rows == list(range(batch_size))
+    assert {len(range(batch_size)[batch_shard(batch_size, rank, world)]) for rank in range(world)} == {
+        batch_size // world
+    }

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from companion._checks import ID_DTYPES, check_same_dtype_device, check_tensor
+from companion._checks import ID_DTYPES, check_positive_int, check_same_dtype_device, check_tensor
 
 __all__ = ["KVCache"]
 
@@ -24,7 +24,8 @@ class KVCache:
     :meth:`update`, which appends the new keys/values along the sequence axis and returns all of them.
     The cache stores H_kv heads (before :func:`repeat_kv`), so GQA/MQA's memory saving is kept, and the
     keys are stored *after* RoPE. The caller still passes the attention mask for the new queries against
-    all ``S = length`` keys, e.g. ``causal_mask(T, cache.length + T)``; for one new token no mask is needed.
+    all ``S = length`` keys, e.g. ``causal_mask(T, cache.length + T)`` (or ``is_causal=True``); for one new
+    token no mask is needed.
 
     Cross-attention (``MultiHeadAttention(x, memory=enc, kv_cache=cache)``): on the first call (empty
     cache) the layer projects ``memory`` once and stores it with :meth:`update`; on later calls, while
@@ -38,23 +39,48 @@ class KVCache:
     autograd graph its tensors came with; decode under ``torch.no_grad()``. :meth:`reorder` selects batch
     rows (for beam search).
 
+    How it grows: appending with ``torch.cat`` would copy all S stored positions at every decoding step
+    (O(S²) copying over a generation). Instead the keys and values live in buffers with room to spare,
+    like a Python list: the new positions are written into the next free slots, and when the room runs out
+    the buffers are reallocated with twice the room (never more than ``max_length``, when given), so the
+    copying is O(S) in all. :attr:`k` and :attr:`v` are views of the first ``length`` positions. Under
+    autograd (new keys that require grad) it concatenates instead, so no in-place write touches a tensor
+    a backward pass still needs.
+
+    Args:
+        max_length: the most positions this cache will hold (e.g. ``config.max_seq_len``), a cap on the
+            room it reserves; ``None``: no cap.
+
     Shapes:
         k, v: (B, H_kv, S, D_h), ``None`` while empty; length = S.
     """
 
-    def __init__(self) -> None:
-        self.k: Tensor | None = None
-        self.v: Tensor | None = None
+    def __init__(self, max_length: int | None = None) -> None:
+        if max_length is not None:
+            check_positive_int("max_length", max_length)
+        self.max_length = max_length
+        self._k: Tensor | None = None  # (B, H_kv, room, D_h): positions 0 .. length - 1 are filled
+        self._v: Tensor | None = None  # (B, H_kv, room, D_v)
+        self._length = 0
+
+    @property
+    def k(self) -> Tensor | None:
+        """The stored keys (B, H_kv, S, D_h), or ``None`` while empty."""
+        return None if self._k is None else self._k[:, :, : self._length]
+
+    @property
+    def v(self) -> Tensor | None:
+        """The stored values (B, H_kv, S, D_v), or ``None`` while empty."""
+        return None if self._v is None else self._v[:, :, : self._length]
 
     @property
     def length(self) -> int:
         """Number of positions stored (0 when empty)."""
-        return 0 if self.k is None else self.k.shape[-2]
+        return self._length
 
     def reset(self) -> None:
         """Forget everything stored."""
-        self.k = None
-        self.v = None
+        self._k, self._v, self._length = None, None, 0
 
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` (in that order), e.g. the surviving beams of a beam search.
@@ -65,14 +91,14 @@ class KVCache:
         check_tensor("index", index, ndim=1)
         if index.dtype not in ID_DTYPES:
             raise TypeError(f"index must hold integer row numbers, got dtype {index.dtype}")
-        if self.k is not None and self.v is not None:
-            rows = self.k.shape[0]
+        if self._k is not None and self._v is not None:
+            rows = self._k.shape[0]
             low, high = int(index.min()), int(index.max())  # one read-back per beam step, not per layer call
             if low < 0 or high >= rows:
                 bad = low if low < 0 else high
                 raise ValueError(f"index holds row {bad}; expected 0 <= index < {rows} (the cached batch size)")
-            self.k = self.k.index_select(0, index.to(self.k.device))  # (B_new, H_kv, S, D_h)
-            self.v = self.v.index_select(0, index.to(self.v.device))  # (B_new, H_kv, S, D_h)
+            self._k = self._k.index_select(0, index.to(self._k.device))  # (B_new, H_kv, room, D_h)
+            self._v = self._v.index_select(0, index.to(self._v.device))  # (B_new, H_kv, room, D_h)
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Append ``k``, ``v`` along the sequence axis and return all stored keys and values.
@@ -85,16 +111,41 @@ class KVCache:
         check_same_dtype_device(k=k, v=v)
         if k.shape[:-1] != v.shape[:-1]:
             raise ValueError(f"k is {tuple(k.shape)} but v has {tuple(v.shape)}; expected equal (B, H_kv, T)")
-        if self.k is None or self.v is None:
-            self.k, self.v = k, v
-        else:
-            same_heads = k.shape[:2] == self.k.shape[:2] and k.shape[-1] == self.k.shape[-1]
-            if not same_heads or v.shape[-1] != self.v.shape[-1]:
+        old, new = self._length, self._length + k.shape[-2]
+        if self.max_length is not None and new > self.max_length:
+            raise ValueError(f"the cache would hold {new} positions; expected at most max_length={self.max_length}")
+        if self._k is not None and self._v is not None:
+            same_heads = k.shape[:2] == self._k.shape[:2] and k.shape[-1] == self._k.shape[-1]
+            if not same_heads or v.shape[-1] != self._v.shape[-1]:
                 raise ValueError(
-                    f"new k {tuple(k.shape)} does not match the cached k {tuple(self.k.shape)}; "
-                    "expected the same (B, H_kv, ·, D_h) (call reset() for a new batch)"
+                    f"new k {tuple(k.shape)} does not match the cached k {tuple(self._k.shape[:2])} + "
+                    f"(·, {self._k.shape[-1]}); expected the same (B, H_kv, ·, D_h) (call reset() for a new batch)"
                 )
-            check_same_dtype_device(cached_k=self.k, k=k)
-            self.k = torch.cat([self.k, k], dim=-2)  # (B, H_kv, S + T, D_h)
-            self.v = torch.cat([self.v, v], dim=-2)  # (B, H_kv, S + T, D_h)
-        return self.k, self.v
+            check_same_dtype_device(cached_k=self._k, k=k)
+        if k.requires_grad or v.requires_grad or (self._k is not None and self._k.requires_grad):
+            # under autograd, concatenate: an in-place write could change a tensor that backward still needs
+            self._k = k if self._k is None else torch.cat([self.k, k], dim=-2)  # (B, H_kv, S + T, D_h)
+            self._v = v if self._v is None else torch.cat([self.v, v], dim=-2)  # (B, H_kv, S + T, D_h)
+        else:
+            if self._k is None or self._v is None:
+                self._k, self._v = self._room_for(k, new), self._room_for(v, new)
+            elif new > self._k.shape[-2]:  # out of room: twice as much, the filled part copied over
+                self._k, self._v = self._grow(self._k, old, new), self._grow(self._v, old, new)
+            self._k[:, :, old:new] = k  # (B, H_kv, T, D_h) written into the next free slots
+            self._v[:, :, old:new] = v
+        self._length = new
+        return self.k, self.v  # type: ignore[return-value]
+
+    def _room(self, needed: int, current: int) -> int:
+        room = max(needed, 2 * current)
+        return room if self.max_length is None else min(room, self.max_length)
+
+    def _room_for(self, x: Tensor, needed: int) -> Tensor:
+        b, h, _, d = x.shape
+        return x.new_empty(b, h, self._room(needed, 0), d)  # (B, H_kv, room, D_h)
+
+    def _grow(self, buffer: Tensor, filled: int, needed: int) -> Tensor:
+        b, h, current, d = buffer.shape
+        bigger = buffer.new_empty(b, h, self._room(needed, current), d)  # (B, H_kv, room, D_h)
+        bigger[:, :, :filled] = buffer[:, :, :filled]
+        return bigger

@@ -27,7 +27,8 @@ from companion._checks import (
 )
 from companion._renames import renamed
 from companion.attention.kv_cache import KVCache
-from companion.attention.sdpa import _check_mask, scaled_dot_product_attention
+from companion.attention.sdpa import _causal_keep, _check_causal, _check_mask, scaled_dot_product_attention
+from companion.masks import combine_masks
 
 if TYPE_CHECKING:
     from companion.positions import RotaryEmbedding
@@ -155,16 +156,23 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         kv_cache: KVCache | None = None,
         return_weights: bool = False,
+        *,
+        is_causal: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Self-attention over ``x``, or cross-attention from ``x`` to ``memory`` (the encoder output H) if given.
 
         ``mask`` is boolean (``True`` = may attend) or additive, broadcastable to (B, H, T, S), typically
         (T, S) or (B, 1, 1, S). With ``kv_cache`` see :class:`KVCache` for what is stored and reused.
+        ``is_causal=True`` hides later keys without a (T, S) mask from the caller: the T new queries are the
+        last T of the S positions (the cached ones come first), as with ``causal_mask(T, S)``; it combines
+        with ``mask`` (e.g. a padding mask). On the fused path (``use_sdpa``) no mask is built at all when T ==
+        S and nothing else is masked, and none is needed for one new query (T = 1).
 
         Shapes:
             x: (B, T, D); memory: (B, S, D); returns out (B, T, D), and weights (B, H, T, S).
         """
         self._check_inputs(x, memory, kv_cache)
+        check_bool("is_causal", is_causal)
         b, t, _ = x.shape
         q = split_heads(self.q_proj(x), self.n_heads)  # (B, H, T, D_h)
         if memory is None:  # self-attention
@@ -184,18 +192,25 @@ class MultiHeadAttention(nn.Module):
                 kv_cache.update(k, v)
         n_rep = self.n_heads // self.n_kv_heads
         dropout = self.dropout if self.training else 0.0
+        s = k.shape[-2]
+        _check_causal(is_causal, t, s)
         if self.use_sdpa and not return_weights:
             if mask is not None:
-                _check_mask(mask, (b, self.n_heads, t, k.shape[-2]), q.device)
-                if mask.dtype != torch.bool:
-                    mask = mask.to(q.dtype)  # PyTorch wants a float mask in the query's dtype
+                _check_mask(mask, (b, self.n_heads, t, s), q.device)
+            # PyTorch's is_causal aligns the mask top-left: right only when T == S. One new query (T = 1) sees
+            # every key anyway; otherwise (T < S, a chunk after cached positions) build the mask, aligned right.
+            torch_causal = is_causal and t == s and mask is None
+            if is_causal and not torch_causal and t > 1:
+                mask = combine_masks(_causal_keep(t, s, q.device), mask)  # (T, S) or broadcast with mask
+            if mask is not None and mask.dtype != torch.bool:
+                mask = mask.to(q.dtype)  # PyTorch wants a float mask in the query's dtype
             out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout, enable_gqa=n_rep > 1
+                q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=torch_causal, enable_gqa=n_rep > 1
             )  # (B, H, T, D_h)
             weights = None
         else:
             k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, S, D_h)
-            out, weights = scaled_dot_product_attention(q, k, v, mask, True, dropout=dropout)
+            out, weights = scaled_dot_product_attention(q, k, v, mask, True, dropout=dropout, is_causal=is_causal)
         out = merge_heads(out)  # (B, T, D)
         out = self.o_proj(out)  # (B, T, D)
         return (out, weights) if return_weights else out

@@ -6,6 +6,12 @@ precision and returns zeros (not NaN) for a fully masked row. For fp16/bf16 inpu
 ``Q Kᵀ`` themselves are computed in float32 too: in fp16 a dot product of 64 values of size 300 is
 already past the largest fp16 number (65,504), and the row would turn into NaN.
 
+``is_causal=True`` applies the causal mask without the caller building it: query ``i`` of the ``T`` queries
+sits at position ``i + S - T`` (the queries are the *last* T of the S positions, as with a KV cache) and
+sees the keys up to it, exactly :func:`companion.masks.causal_mask(T, S) <companion.masks.causal_mask>`.
+Mind that PyTorch's own ``is_causal`` aligns the mask to the top-left corner instead, which is the same only
+when T == S; :class:`~companion.attention.MultiHeadAttention` handles the difference on its fused path.
+
 Checked against (``tests/test_attention.py``): ``torch.nn.functional.scaled_dot_product_attention``.
 Masks follow :mod:`companion.masks`: boolean ``True`` = may attend, or additive 0 / ``-inf``.
 Left out on purpose: attention biases such as ALiBi are plain additive masks here (pass them as ``mask``).
@@ -19,7 +25,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from companion._checks import check_dropout, check_mask, check_positive_float, check_same_dtype_device, check_tensor
+from companion._checks import (
+    check_bool,
+    check_dropout,
+    check_mask,
+    check_positive_float,
+    check_same_dtype_device,
+    check_tensor,
+)
 from companion._renames import renamed
 
 __all__ = ["scaled_dot_product_attention", "softmax"]
@@ -75,14 +88,32 @@ def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
         raise ValueError(f"q has head width {q.shape[-1]} but k has {k.shape[-1]}; expected the same D_h")
     if k.shape[:-1] != v.shape[:-1]:
         raise ValueError(f"k has shape {tuple(k.shape)} but v has {tuple(v.shape)}; expected equal (..., S)")
-    try:
-        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
-    except RuntimeError as err:
-        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} have incompatible batch dims") from err
+    if q.shape[:-2] != k.shape[:-2]:  # equal batch dims (the usual case) need no broadcasting check
+        try:
+            torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+        except RuntimeError as err:
+            raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} have incompatible batch dims") from err
 
 
 def _check_mask(mask: Tensor, scores_shape: tuple[int, ...], device: torch.device) -> None:
     check_mask("mask", mask, scores_shape, device)
+
+
+def _check_causal(is_causal: bool, t: int, s: int) -> None:
+    """``is_causal`` is a bool, and causal attention has at least as many keys as queries."""
+    check_bool("is_causal", is_causal)
+    if is_causal and t > s:
+        raise ValueError(
+            f"is_causal=True with T={t} queries but only S={s} keys; expected T <= S (the queries are the last T "
+            "of the S positions)"
+        )
+
+
+def _causal_keep(t: int, s: int, device: torch.device) -> Tensor:
+    """Boolean (T, S) mask, True where query i (at position i + S - T) may see key j (j <= i + S - T)."""
+    i = torch.arange(t, device=device).unsqueeze(1)  # (T, 1)
+    j = torch.arange(s, device=device).unsqueeze(0)  # (1, S)
+    return j <= i + (s - t)  # (T, S), the same as companion.masks.causal_mask(t, s)
 
 
 @renamed(dropout_p="dropout")
@@ -95,11 +126,14 @@ def scaled_dot_product_attention(
     *,
     dropout: float = 0.0,
     scale: float | None = None,
+    is_causal: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """``softmax(q kᵀ · scale + mask) v``, written out step by step (scale defaults to ``1/√D_h``).
 
     ``mask`` is boolean (``True`` = may attend) or additive (0 / finite bias / ``-inf``); a query whose
-    keys are all masked gets the zero vector (see :func:`softmax`). ``dropout`` drops attention weights
+    keys are all masked gets the zero vector (see :func:`softmax`). ``is_causal=True`` also hides every
+    later key, as ``causal_mask(T, S)`` would (the queries are the last T of the S positions); it combines
+    with ``mask``. ``dropout`` drops attention weights
     (pass 0 at evaluation time, as with the PyTorch function; the old name ``dropout_p`` is still
     accepted). The returned weights are those before dropout. fp16/bf16 inputs: scores, softmax and the
     weighted sum run in float32 and the output is cast back.
@@ -110,9 +144,11 @@ def scaled_dot_product_attention(
 
     Raises:
         ValueError: ``scale`` not a finite number > 0, ``dropout`` outside [0, 1), a mask holding NaN or
-        +inf, shapes that do not fit.
+        +inf, shapes that do not fit, ``is_causal`` with more queries than keys.
+        TypeError: ``is_causal`` not a bool.
     """
     _check_qkv(q, k, v)
+    _check_causal(is_causal, q.shape[-2], k.shape[-2])
     check_dropout("dropout", dropout)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
@@ -128,7 +164,13 @@ def scaled_dot_product_attention(
             scores.masked_fill_(~mask, float("-inf"))  # in place: the (..., T, S) tensor is the big one
         else:
             scores.add_(mask)
-    weights = softmax(scores, dim=-1)  # (..., T, S), rows sum to 1 (or 0 if fully masked)
+    if is_causal and q.shape[-2] > 1:  # one query (the last position) may see every key: nothing to hide
+        causal = _causal_keep(scores.shape[-2], scores.shape[-1], scores.device)  # (T, S)
+        scores.masked_fill_(~causal, float("-inf"))  # later keys hidden
+    if mask is None:  # no row can be fully masked (causal leaves every query its own key): the plain softmax
+        weights = torch.softmax(scores, dim=-1)  # (..., T, S), rows sum to 1; scores are float32 already
+    else:
+        weights = softmax(scores, dim=-1)  # (..., T, S), rows sum to 1 (or 0 if fully masked)
     dropped = F.dropout(weights, p=dropout) if dropout > 0.0 else weights
     out = (dropped @ v).to(dtype)  # (..., T, D_v)
     return (out, weights.to(dtype)) if return_weights else out

@@ -12,7 +12,9 @@ which refuses arbitrary pickles): ``format``, ``model`` (state dict), ``optimize
 (``ModelConfig`` as a dict), ``tokenizer`` (a reference: kind, file name, SHA-256), ``args`` (the training
 arguments) and ``data`` (the text's fingerprint and token count). Every file is written atomically
 (``companion._files.atomic_write``: a temporary file, then a rename), so a crash or Ctrl-C during a save
-leaves the previous checkpoint whole.
+leaves the previous checkpoint whole. It is its own format rather than ``companion.checkpoints``' (weights,
+optimiser, config, step): resuming bit for bit also needs the generator states, and sampling needs the
+tokenizer reference, which that layout has no place for; both write through the same ``atomic_write``.
 
 ``load_run(DIR)`` gives the trained model and its tokenizer back, for sampling or for a notebook.
 """

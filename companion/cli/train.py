@@ -73,6 +73,7 @@ from companion.textdata import (
     write_token_file,
 )
 from companion.training import TrainConfig, lm_loss, lr_at, make_optimizer
+from companion.training.ddp import batch_shard, data_parallel, process_group_backend
 
 __all__ = ["main", "read_log"]
 
@@ -196,7 +197,7 @@ def _train(given: argparse.Namespace) -> int:
     if given.device is not None:
         device_for(given.device)  # no GPU: say so before anything is written
     if world > 1:
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        dist.init_process_group(process_group_backend())  # the same set-up as python -m companion.training
     prepared = _prepare(given, out) if rank == 0 else None
     if world > 1:
         box = [prepared]
@@ -224,10 +225,9 @@ def _train(given: argparse.Namespace) -> int:
     model, optimizer, train_config = _model_and_optimizer(args, config, checkpoint, device)
     if rank == 0 and checkpoint is not None:
         _truncate_log(out / LOG, start)
-    ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None) \
-        if world > 1 else None  # fmt: skip
-    trained = ddp or model  # what the steps run through (DDP averages the gradients over processes)
-    shard = slice(rank * args["batch_size"] // world, (rank + 1) * args["batch_size"] // world)
+    # what the steps run through: under torchrun the model wrapped in DDP (gradients averaged over processes)
+    trained = data_parallel(model, device) if world > 1 else model
+    shard = batch_shard(args["batch_size"], rank, world)
     val_batches = data.val_batches(args["eval_windows"])
 
     def save(step: int) -> None:

@@ -4,6 +4,8 @@
   an optional norm (BERT) and dropout. RoPE and ALiBi add nothing here: they act inside attention.
 - ``attention_mask``: the mask one attention call needs: causal (or bidirectional), sliding window,
   padding, and the ALiBi bias, for T new queries against S keys (S > T when a KV cache holds the past).
+  ``causal_by_flag`` says when plain causal attention can go by ``is_causal=True`` instead (no sliding
+  window in the way): the decoders then build no (T, S) causal mask at all.
 - ``EncoderLayer``: self-attention (no mask) + FFN, each wrapped in a ``ResidualBlock``.
 - ``DecoderLayer``: masked self-attention + (optional) cross-attention to the encoder output H + FFN.
 
@@ -26,7 +28,8 @@ from companion.models.config import ModelConfig
 from companion.positions import LearnedPositionalEmbedding, RotaryEmbedding, alibi_bias, sinusoidal_encoding
 
 __all__ = [
-    "DecoderLayer", "DecoderLayerCache", "Embeddings", "EncoderLayer", "attention_mask", "init_weights", "make_rope",
+    "DecoderLayer", "DecoderLayerCache", "Embeddings", "EncoderLayer", "attention_mask", "causal_by_flag",
+    "init_weights", "make_rope",
 ]
 
 
@@ -99,6 +102,13 @@ def attention_mask(
     return combine_masks(structure, padding_mask, bias)
 
 
+def causal_by_flag(config: ModelConfig, s: int) -> bool:
+    """True when a decoder's self-attention over S keys is plain causal, so that it can pass ``is_causal=True``
+    instead of a (T, S) mask: no sliding window, or one at least as long as S. ``attention_mask(...,
+    causal=False)`` then gives what remains to be masked (padding, the ALiBi bias), or None."""
+    return config.sliding_window is None or config.sliding_window >= s
+
+
 class EncoderLayer(nn.Module):
     """Bidirectional self-attention then FFN, each inside a residual block (2 sublayers)."""
 
@@ -158,16 +168,21 @@ class DecoderLayer(nn.Module):
         mask: Tensor | None = None,
         padding_mask: Tensor | None = None,
         cache: DecoderLayerCache | KVCache | None = None,
+        *,
+        is_causal: bool = False,
     ) -> Tensor:
         """Shapes: x (B, T, D), memory H (B, S_src, D), mask to (B, H, T, S), padding_mask (the source's,
         for cross-attention) to (B, 1, 1, S_src).
 
         ``cache``: a ``KVCache`` (decoder-only) or a ``DecoderLayerCache`` (encoder-decoder).
+        ``is_causal``: the self-attention hides later keys itself (see ``MultiHeadAttention``), on top of ``mask``.
         Returns (B, T, D).
         """
         self_cache = cache.self_attn if isinstance(cache, DecoderLayerCache) else cache
         cross_cache = cache.cross_attn if isinstance(cache, DecoderLayerCache) else None
-        x = self.self_attn_block(x, lambda h: self.self_attn(h, mask=mask, kv_cache=self_cache))
+        x = self.self_attn_block(
+            x, lambda h: self.self_attn(h, mask=mask, kv_cache=self_cache, is_causal=is_causal)
+        )
         if self.cross_attn is not None:
             if memory is None:
                 raise ValueError("memory (the encoder output H) is required by a decoder layer with cross-attention")

@@ -28,6 +28,7 @@ from companion.models.blocks import (
     Embeddings,
     EncoderLayer,
     attention_mask,
+    causal_by_flag,
     init_weights,
     make_rope,
 )
@@ -112,7 +113,7 @@ class GPT(nn.Module):
 
     def new_kv_caches(self) -> list[KVCache]:
         """One empty ``KVCache`` per layer, to pass to ``forward`` step after step."""
-        return [KVCache() for _ in self.layers]
+        return [KVCache(self.config.max_seq_len) for _ in self.layers]
 
     @classmethod
     def from_pretrained(cls, folder: str) -> GPT:
@@ -150,10 +151,14 @@ class GPT(nn.Module):
         offset = _check_caches(kv_caches, len(self.layers), KVCache)
         _check_ids("ids", ids, offset, self.config.max_seq_len)
         t = ids.size(1)
-        mask = attention_mask(self.config, t, offset + t, causal=True, padding_mask=padding_mask, device=ids.device)
+        # Plain causal attention goes by is_causal (no (T, S) mask to build); the mask keeps the rest.
+        is_causal = causal_by_flag(self.config, offset + t)
+        mask = attention_mask(self.config, t, offset + t, causal=not is_causal, padding_mask=padding_mask,
+                              device=ids.device)  # fmt: skip
         x = self.embed(ids, offset) if position_ids is None else self._embed_at(ids, position_ids)  # (B, T, D)
         for i, layer in enumerate(self.layers):
-            x = layer(x, mask=mask, cache=None if kv_caches is None else kv_caches[i])  # (B, T, D)
+            cache = None if kv_caches is None else kv_caches[i]
+            x = layer(x, mask=mask, cache=cache, is_causal=is_causal)  # (B, T, D)
         if self.norm is not None:
             x = self.norm(x)
         return self.lm_head(x)  # (B, T, V)
@@ -245,11 +250,12 @@ class Transformer(nn.Module):
         offset = _check_caches(kv_caches, len(self.decoder_layers), DecoderLayerCache)
         _check_ids("tgt", tgt, offset, self.config.max_seq_len)
         t = tgt.size(1)
-        mask = attention_mask(self.config, t, offset + t, causal=True, device=tgt.device)
+        is_causal = causal_by_flag(self.config, offset + t)  # as in GPT.forward
+        mask = attention_mask(self.config, t, offset + t, causal=not is_causal, device=tgt.device)
         x = self.embed(tgt, offset)  # (B, T, D)
         for i, layer in enumerate(self.decoder_layers):
             cache = None if kv_caches is None else kv_caches[i]
-            x = layer(x, memory, mask=mask, padding_mask=padding_mask, cache=cache)  # same H for every layer
+            x = layer(x, memory, mask=mask, padding_mask=padding_mask, cache=cache, is_causal=is_causal)  # same H
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         return self.lm_head(x)  # (B, T, V)

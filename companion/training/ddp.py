@@ -34,9 +34,32 @@ from companion.training.loop import train
 from companion.training.losses import lm_loss
 from companion.training.schedule import TrainConfig
 
-__all__ = ["main"]
+__all__ = ["batch_shard", "data_parallel", "main", "process_group_backend"]
 
 PROG = "python -m companion.training"
+
+
+# --- the data-parallel pieces, shared with companion-train (companion.cli.train) -------------------------
+
+
+def process_group_backend() -> str:
+    """The ``torch.distributed`` backend: NCCL when a CUDA GPU is available, gloo (CPUs) otherwise."""
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def batch_shard(batch_size: int, rank: int, world: int) -> slice:
+    """The rows of a global batch of ``batch_size`` that process ``rank`` of ``world`` trains on (1/world each).
+
+    Every process draws the same global batch (same seed, same step) and keeps its own rows, so N
+    processes together take exactly the step one process would take on the whole batch.
+    """
+    return slice(rank * batch_size // world, (rank + 1) * batch_size // world)
+
+
+def data_parallel(model: nn.Module, device: torch.device) -> nn.parallel.DistributedDataParallel:
+    """Wrap ``model`` in ``DistributedDataParallel`` (gradients averaged over processes after backward)."""
+    device_ids = [device.index] if device.type == "cuda" else None
+    return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -167,12 +190,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, float]]:
 
     device = torch.device("cpu")
     if run.world > 1:
-        use_cuda = torch.cuda.is_available()
-        dist.init_process_group("nccl" if use_cuda else "gloo")  # NCCL for GPUs, gloo for CPUs
-        if use_cuda:
+        dist.init_process_group(process_group_backend())  # NCCL for GPUs, gloo for CPUs
+        if torch.cuda.is_available():
             device = torch.device("cuda", run.local_rank)
             torch.cuda.set_device(device)
-    shard = slice(run.rank * args.batch_size // run.world, (run.rank + 1) * args.batch_size // run.world)
+    shard = batch_shard(args.batch_size, run.rank, run.world)
 
     def get_batch(step: int) -> Tensor:
         # every process draws the same global batch (same seed) and keeps its own rows
@@ -182,8 +204,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, float]]:
     torch.manual_seed(args.seed)  # identical initial weights everywhere (DDP also broadcasts rank 0's)
     model: nn.Module = GPT(model_config).to(device)
     if run.world > 1:
-        model = nn.parallel.DistributedDataParallel(model, device_ids=[run.local_rank] if device.type == "cuda"
-                                                    else None)
+        model = data_parallel(model, device)
     start = time.perf_counter()
     history = train(model, get_batch, lm_loss, config, progress=not args.no_progress and run.rank == 0)
     if run.save_path is not None:
