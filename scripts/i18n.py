@@ -222,7 +222,8 @@ def render_problems(english: str, chinese: str) -> list[str]:
     want, got = _emphasis(md.parse(english)), _emphasis(md.parse(chinese))
     if want != got:
         problems.append(f"render: {dict(want)} bold/italic spans in the English, {dict(got)} in the translation "
-                        "(put a space or punctuation after a closing ** or * that follows a full-width bracket)")
+                        "(a closing ** or * right after a full-width bracket and before a Chinese character "
+                        "does not close: write **术语**（term）, the bracket outside the bold)")
     return problems
 
 

@@ -776,7 +776,7 @@ def test_bold_chinese_is_drawn_bold(built_book, browser, server: str, edition: s
             from PIL import Image
 
             img = Image.open(BytesIO(page.locator(selector).screenshot())).convert("L")
-            return sum(1 for v in img.getdata() if v < 128)
+            return sum(1 for v in img.tobytes() if v < 128)  # mode "L": one byte a pixel
 
         normal, bold = ink("#cjk-n"), ink("#cjk-b")
         assert bold > 1.15 * normal, f"bold Chinese is not bold: {bold} dark pixels against {normal}"
