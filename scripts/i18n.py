@@ -92,8 +92,14 @@ def merge(pot_dir: pathlib.Path, language: str) -> None:
         if not po.exists():
             subprocess.run(["msginit", "--no-translator", "--no-wrap", f"--locale={language}",
                             f"--input={pot}", f"--output-file={po}"], check=True, capture_output=True)
+        before = po.read_bytes()
         subprocess.run(["msgmerge", "--quiet", "--previous", "--no-wrap", "--no-location", "--update",
                         "--backup=none", str(po), str(pot)], check=True)
+        merged = read_catalog(po)
+        if _content(merged) == _content_of_bytes(before):
+            po.write_bytes(before)  # nothing changed but the dates and the header's layout: keep the file as it was
+        else:
+            write_catalog(merged, po)  # one layout for the catalogs, whichever tool wrote them last
     known = {p.relative_to(pot_dir).with_suffix(".po") for p in pots}
     for po in sorted(target.rglob("*.po")):
         if po.relative_to(target) not in known:
@@ -107,6 +113,21 @@ def read_catalog(path: pathlib.Path):
 
     with path.open("rb") as f:
         return read_po(f, abort_invalid=True)
+
+
+def _content(catalog) -> list[tuple]:
+    """What a catalog says, without its header: each message, its translation, flags and comments."""
+    def entry(m) -> tuple:
+        return (str(m.id), str(m.string), sorted(f for f in m.flags if f == "fuzzy"), list(m.user_comments))
+    return [entry(m) for m in catalog if m.id] + [("obsolete", entry(m)) for m in catalog.obsolete.values()]
+
+
+def _content_of_bytes(data: bytes) -> list[tuple]:
+    import io
+
+    from babel.messages.pofile import read_po
+
+    return _content(read_po(io.BytesIO(data))) if data else []
 
 
 def catalogs(language: str) -> dict[str, pathlib.Path]:
@@ -345,7 +366,7 @@ def todo(page: str, language: str = "zh_CN", limit: int = 0) -> str:
             message.string = message.id
             copied += 1
             continue
-        previous = f"\n(was: {' '.join(message.previous_id)})" if message.fuzzy and message.previous_id else ""
+        previous = f"\n(was: {previous_english(message)})" if message.fuzzy and previous_english(message) else ""
         out.append(f"@@ {n}{previous}\n{message.id}")
     if copied:
         write_catalog(catalog, path)
@@ -375,23 +396,58 @@ def fill(page: str, answers: str, language: str = "zh_CN") -> int:
             text = "\n" + text + "\n"
         message.string = text
         message.flags.discard("fuzzy")
-        message.previous_id = []
+        message.user_comments = [c for c in message.user_comments if not c.startswith("|")]  # the old English
         count += 1
     write_catalog(catalog, path)
     return count
 
 
-def write_catalog(catalog, path: pathlib.Path) -> None:
-    """Write a catalog atomically in msgmerge's layout (no wrapping, no locations)."""
-    from babel.messages.pofile import write_po
+def _po_lines(keyword: str, text: str) -> list[str]:
+    """``msgid "…"`` in GNU gettext's no-wrap layout: one line, or ``""`` and one line per ``\\n``."""
 
-    for message in catalog:
-        message.flags = {flag for flag in message.flags if flag == "fuzzy"}  # not Babel's guessed *-format
+    def quoted(piece: str) -> str:
+        escaped = piece.replace("\\", "\\\\").replace('"', '\\"').replace("\t", "\\t").replace("\n", "\\n")
+        return f'"{escaped}"'
+
+    pieces = re.findall(r"[^\n]*\n|[^\n]+", text)
+    if len(pieces) <= 1 and not text.endswith("\n"):
+        return [f"{keyword} {quoted(text)}"]
+    return [f'{keyword} ""', *(quoted(p) for p in pieces)]
+
+
+def _entry(message, prefix: str = "") -> list[str]:
+    # gettext's order: translator comments, flags, then the previous msgid ("#| msgid …", the old English,
+    # which Babel reads as a comment "| msgid …").
+    lines = [f"# {c}" for c in message.user_comments if not c.startswith("|")]
+    if message.fuzzy:
+        lines.append("#, fuzzy")
+    lines += ["#" + c for c in message.user_comments if c.startswith("|")]
+    lines += _po_lines("msgid", str(message.id)) + _po_lines("msgstr", str(message.string or ""))
+    return [line if line.startswith("#") and not prefix else prefix + line for line in lines]
+
+
+def write_catalog(catalog, path: pathlib.Path) -> None:
+    """Write a catalog atomically in GNU gettext's layout (no wrapping, no locations), keeping the header.
+
+    Babel's own writer re-wraps comments and turns msgmerge's ``#| msgid`` lines into plain comments, so
+    the entries are written here and normalised by ``msgcat``."""
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    header = old.split("\n\n", 1)[0] if old.lstrip().startswith(("#", "msgid")) else ""
+    if not header:
+        header = "\n".join(_po_lines("msgid", "") + _po_lines("msgstr", "Content-Type: text/plain; charset=UTF-8\n"))
+    blocks = [header]
+    blocks += ["\n".join(_entry(m)) for m in catalog if m.id]
+    blocks += ["\n".join(_entry(m, "#~ ")) for m in catalog.obsolete.values()]
     tmp = path.with_suffix(".po.tmp")
-    with tmp.open("wb") as f:
-        write_po(f, catalog, width=0, omit_header=False, no_location=True, include_previous=True)
+    tmp.write_text("\n\n".join(blocks) + "\n", encoding="utf-8")
     subprocess.run(["msgcat", "--no-wrap", "--no-location", "-o", str(tmp), str(tmp)], check=True)
     os.replace(tmp, path)
+
+
+def previous_english(message) -> str:
+    """The old English of a fuzzy message (msgmerge's ``#| msgid`` lines), or ""."""
+    lines = [c[1:].strip() for c in message.user_comments if c.startswith("|")]
+    return " ".join(re.sub(r'^msgid\s*', "", line).strip('"') for line in lines)
 
 
 # ------------------------------------------------------------------------------------------------- build

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import pathlib
 import re
 import shutil
@@ -133,6 +134,53 @@ def test_verbatim_messages_are_the_ones_with_nothing_to_translate() -> None:
     assert i18n.verbatim("`GPT-2`")
     assert i18n.verbatim("$d_k = 64$")
     assert not i18n.verbatim("the scores are divided by $\\sqrt{d_k}$")
+
+
+_PO = """msgid ""
+msgstr ""
+"Content-Type: text/plain; charset=UTF-8\\n"
+"Language: zh_CN\\n"
+
+#, fuzzy
+#| msgid "The old English sentence."
+msgid "The new English sentence."
+msgstr "旧的译文。"
+
+msgid "Llama 2"
+msgstr ""
+
+msgid "A second changed sentence."
+msgstr ""
+
+msgid ""
+"\\n"
+"x = y\\n"
+msgstr ""
+
+#, fuzzy
+#| msgid "Kept fuzzy."
+msgid "Still fuzzy."
+msgstr "仍是旧的。"
+"""
+
+
+@pytest.mark.skipif(shutil.which("msgcat") is None, reason="GNU gettext's msgcat is not installed")
+def test_todo_and_fill_keep_gettext_layout_and_the_old_english(tmp_path: pathlib.Path, monkeypatch) -> None:
+    po = tmp_path / LANGUAGE / "LC_MESSAGES" / "book" / "x.po"
+    po.parent.mkdir(parents=True)
+    po.write_text(_PO, encoding="utf-8")
+    monkeypatch.setattr(i18n, "LOCALES", tmp_path)
+    listed = i18n.todo("book/x", LANGUAGE)
+    assert "@@ 0\n(was: The old English sentence.)" in listed and "@@ 1\nLlama 2" in listed
+    assert "@@ 3" not in listed  # the display-math block is copied as it is
+    assert i18n.fill("book/x", "@@ 0\n新的英文句子。\n@@ 1 =\n@@ 2\n第二句。\n", LANGUAGE) == 3
+    text = po.read_text(encoding="utf-8")
+    assert '#| msgid "Kept fuzzy."' in text and '#| msgid "The old English sentence."' not in text
+    problems = i18n.check(LANGUAGE, ["book/x"])
+    assert problems == ["book/x: 'Still fuzzy.': fuzzy (the English changed; revise, then remove the flag)"]
+    catalog = i18n.read_catalog(po)
+    assert [str(m.string) for m in catalog if m.id][:4] == ["新的英文句子。", "Llama 2", "第二句。", "\nx = y\n"]
+    assert subprocess.run(["msgfmt", "--check", "-o", os.devnull, str(po)]).returncode == 0
 
 
 # ------------------------------------------------------------------------ in step with the English text
