@@ -519,8 +519,9 @@ def build_all(fresh: bool = False) -> int:
         if proc.returncode:
             failed.append(name)
             print((logs / f"{name}.log").read_text(encoding="utf-8")[-4000:])
+    where = {"en": "_build/html/index.html", **{lang: f"_build/html/{d}/index.html" for lang, d in LANGUAGES.items()}}
     for name in commands:
-        print(f"{name}: {'FAILED' if name in failed else 'built'} (log: _build/logs/{name}.log)")
+        print(f"{name}: {'FAILED' if name in failed else 'built ' + where[name]} (log: _build/logs/{name}.log)")
     return 1 if failed else 0
 
 
