@@ -721,6 +721,16 @@ def _page_with_exercises(built_book) -> str:
     pytest.fail("no chapter page has an exercise solution dropdown")
 
 
+def _tab_to(page, css_class: str, presses: int = 5) -> bool:
+    """Press Tab (at most ``presses`` times) until the focused element has ``css_class``; whether it got there."""
+    focused = f"document.activeElement.classList.contains('{css_class}')"
+    for _ in range(presses):
+        if page.evaluate(focused):
+            return True
+        page.keyboard.press("Tab")
+    return page.evaluate(focused)
+
+
 def test_dropdowns_and_copy_buttons_work_from_the_keyboard(built_book, browser, server: str) -> None:
     path = _page_with_exercises(built_book)
     with _visit(browser, server + path) as visit:
@@ -732,12 +742,7 @@ def test_dropdowns_and_copy_buttons_work_from_the_keyboard(built_book, browser, 
         box = toggle.locator("xpath=ancestor::div[contains(@class,'dropdown')][1]")
         page.evaluate("el => { const t = document.createElement('a'); t.href = '#'; t.id = 'kb-start';"
                       " el.parentElement.insertBefore(t, el); t.focus(); }", box.element_handle())
-        for _ in range(5):
-            if page.evaluate("document.activeElement.classList.contains('toggle-button')"):
-                break
-            page.keyboard.press("Tab")
-        reached = page.evaluate("document.activeElement.classList.contains('toggle-button')")
-        assert reached, "Tab never reached the toggle"
+        assert _tab_to(page, "toggle-button"), "Tab never reached the toggle"
         assert "toggle-hidden" in (box.get_attribute("class") or ""), "the solution should start closed"
         page.keyboard.press("Enter")
         page.wait_for_function("el => !el.classList.contains('toggle-hidden')", arg=box.element_handle())
@@ -747,11 +752,7 @@ def test_dropdowns_and_copy_buttons_work_from_the_keyboard(built_book, browser, 
         block = page.locator("div.cell div.highlight").first
         page.evaluate("el => { const t = document.createElement('a'); t.href = '#'; t.id = 'kb-code';"
                       " el.insertBefore(t, el.firstChild); t.focus(); }", block.element_handle())
-        for _ in range(5):
-            if page.evaluate("document.activeElement.classList.contains('copybtn')"):
-                break
-            page.keyboard.press("Tab")
-        assert page.evaluate("document.activeElement.classList.contains('copybtn')"), "Tab never reached a copy button"
+        assert _tab_to(page, "copybtn"), "Tab never reached a copy button"
         page.keyboard.press("Enter")
         copied = page.evaluate("navigator.clipboard.readText()")
         code = block.locator("pre").inner_text()

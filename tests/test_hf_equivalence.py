@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from model_helpers import randomize
 from torch import nn
 from torch.testing import assert_close
 
@@ -19,16 +20,6 @@ transformers = pytest.importorskip("transformers")
 
 VOCAB = 97
 
-
-def randomize(model: nn.Module, seed: int) -> nn.Module:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("weight") and p.dim() == 1:  # norm gains around 1
-                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_(0.1 * torch.randn(p.shape, generator=g))
-    return model.eval()
 
 
 def gpt2_reference(seed: int = 0) -> nn.Module:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from model_helpers import randomize
 from torch import nn
 from torch.testing import assert_close
 
@@ -22,16 +23,6 @@ from companion.models import GPT, ModelConfig
 transformers = pytest.importorskip("transformers")
 VOCAB = 97
 
-
-def randomize(model: nn.Module, seed: int = 0) -> nn.Module:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("weight") and p.dim() == 1:  # norm gains around 1
-                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_(0.1 * torch.randn(p.shape, generator=g))
-    return model.eval()
 
 
 def hf_model(family: str, tie: bool) -> nn.Module:

@@ -27,8 +27,8 @@ from companion._checks import (
 )
 from companion._renames import renamed
 from companion.attention.kv_cache import KVCache
-from companion.attention.sdpa import _causal_keep, _check_causal, _check_mask, scaled_dot_product_attention
-from companion.masks import combine_masks
+from companion.attention.sdpa import _check_causal, _check_mask, scaled_dot_product_attention
+from companion.masks import causal_mask, combine_masks
 
 if TYPE_CHECKING:
     from companion.positions import RotaryEmbedding
@@ -201,7 +201,7 @@ class MultiHeadAttention(nn.Module):
             # every key anyway; otherwise (T < S, a chunk after cached positions) build the mask, aligned right.
             torch_causal = is_causal and t == s and mask is None
             if is_causal and not torch_causal and t > 1:
-                mask = combine_masks(_causal_keep(t, s, q.device), mask)  # (T, S) or broadcast with mask
+                mask = combine_masks(causal_mask(t, s, device=q.device), mask)  # (T, S) or broadcast with mask
             if mask is not None and mask.dtype != torch.bool:
                 mask = mask.to(q.dtype)  # PyTorch wants a float mask in the query's dtype
             out = F.scaled_dot_product_attention(

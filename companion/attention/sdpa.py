@@ -34,6 +34,7 @@ from companion._checks import (
     check_tensor,
 )
 from companion._renames import renamed
+from companion.masks import causal_mask
 
 __all__ = ["scaled_dot_product_attention", "softmax"]
 
@@ -109,13 +110,6 @@ def _check_causal(is_causal: bool, t: int, s: int) -> None:
         )
 
 
-def _causal_keep(t: int, s: int, device: torch.device) -> Tensor:
-    """Boolean (T, S) mask, True where query i (at position i + S - T) may see key j (j <= i + S - T)."""
-    i = torch.arange(t, device=device).unsqueeze(1)  # (T, 1)
-    j = torch.arange(s, device=device).unsqueeze(0)  # (1, S)
-    return j <= i + (s - t)  # (T, S), the same as companion.masks.causal_mask(t, s)
-
-
 @renamed(dropout_p="dropout")
 def scaled_dot_product_attention(
     q: Tensor,
@@ -165,7 +159,7 @@ def scaled_dot_product_attention(
         else:
             scores.add_(mask)
     if is_causal and q.shape[-2] > 1:  # one query (the last position) may see every key: nothing to hide
-        causal = _causal_keep(scores.shape[-2], scores.shape[-1], scores.device)  # (T, S)
+        causal = causal_mask(scores.shape[-2], scores.shape[-1], device=scores.device)  # (T, S), True = may see
         scores.masked_fill_(~causal, float("-inf"))  # later keys hidden
     if mask is None:  # no row can be fully masked (causal leaves every query its own key): the plain softmax
         weights = torch.softmax(scores, dim=-1)  # (..., T, S), rows sum to 1; scores are float32 already
