@@ -4,7 +4,8 @@ Three ways to decode the same random GPT-2-small-shaped weights (built by ``tran
 config, copied into ``companion.models.GPT`` with ``load_gpt2_state_dict``; nothing is downloaded):
 
 * ``hf``        ``transformers`` ``GPT2LMHeadModel.generate`` (greedy, its own KV cache): the reference;
-* ``cached``    ``companion.generation.generate(..., use_cache=True)``;
+* ``cached``    ``companion.generation.generate(..., use_cache=True)``, with the fast paths ``companion-sample``
+                uses (fused attention and norms; ``--explicit``: the explicit ones the chapters read);
 * ``uncached``  ``companion.generation.generate(..., use_cache=False)`` (every step recomputes everything).
 
 The same tokens must come out of all three (checked below), so the ratios measure only speed. Runs
@@ -12,7 +13,7 @@ take turns (median of ``--repeats``), so a busy machine does not favour one of t
 ratios against the reference measured in the same run, never absolute claims.
 
     .venv/bin/python benchmarks/bench_generation.py            # GPT-2 small, 200 new tokens, CPU
-    .venv/bin/python benchmarks/bench_generation.py --device cuda --sdpa
+    .venv/bin/python benchmarks/bench_generation.py --device cuda
     .venv/bin/python benchmarks/bench_generation.py --new-tokens 50 --repeats 1 --skip-uncached   # quick
 
 Targets: cached >= 1.0x the tokens/s of ``hf``; cached >= 6x uncached.
@@ -48,7 +49,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per variant (median reported)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave torch's default)")
-    parser.add_argument("--sdpa", action="store_true", help="companion uses torch's fused attention kernel")
+    parser.add_argument("--explicit", action="store_true", help="companion's explicit attention and norms instead "
+                        "of the fast paths (use_sdpa, fused_norm) companion-sample uses")
     parser.add_argument("--skip-uncached", action="store_true", help="leave out the slow uncached variant")
     args = parser.parse_args()
     if args.threads:
@@ -58,7 +60,7 @@ def main() -> None:
     torch.manual_seed(0)
     hf_config = transformers.GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)  # GPT-2 small's shape
     hf = transformers.GPT2LMHeadModel(hf_config).to(args.device).eval()
-    config = ModelConfig.gpt2_small(dropout=0.0, use_sdpa=args.sdpa)
+    config = ModelConfig.gpt2_small(dropout=0.0, use_sdpa=not args.explicit, fused_norm=not args.explicit)
     ours = load_gpt2_state_dict({k: v.cpu() for k, v in hf.state_dict().items()}, config).to(args.device).eval()
     prompt = torch.randint(0, config.vocab_size, (1, args.prompt_len), device=args.device)
     n = args.new_tokens
@@ -67,7 +69,8 @@ def main() -> None:
     print(
         f"GPT-2 small shape: {num_parameters(ours):,} parameters, device={args.device}, "
         f"threads={torch.get_num_threads()}, prompt {args.prompt_len} tokens, {n} new tokens, "
-        f"companion attention={'sdpa' if args.sdpa else 'explicit'}, hf attention={hf.config._attn_implementation}, "
+        f"companion: {'explicit attention and norms' if args.explicit else 'fast paths'}, "
+        f"hf attention={hf.config._attn_implementation}, "
         f"torch {torch.__version__}, transformers {transformers.__version__}"
     )
 

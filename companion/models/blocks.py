@@ -46,7 +46,9 @@ class Embeddings(nn.Module):
         elif config.positions == "sinusoidal":  # a fixed table: a buffer, not a parameter
             table = sinusoidal_encoding(config.max_seq_len, config.d_model)  # (T_max, D)
             self.register_buffer("sinusoid", table, persistent=False)
-        self.norm = make_norm(config.norm, config.d_model, config.norm_eps) if config.embed_norm else None
+        self.norm = None
+        if config.embed_norm:
+            self.norm = make_norm(config.norm, config.d_model, config.norm_eps, fused=config.fused_norm)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
@@ -202,7 +204,7 @@ def _attention(config: ModelConfig, rope: RotaryEmbedding | None) -> MultiHeadAt
 def _residual(config: ModelConfig) -> ResidualBlock:
     return ResidualBlock(
         config.d_model, norm=config.norm, placement=config.norm_placement, dropout=config.dropout,
-        eps=config.norm_eps,
+        eps=config.norm_eps, fused_norm=config.fused_norm,
     )  # fmt: skip
 
 

@@ -84,7 +84,9 @@ def _check_caches(kv_caches: list | None, n_layers: int, kind: type) -> int:
 
 
 def _final_norm(config: ModelConfig) -> nn.Module | None:
-    return make_norm(config.norm, config.d_model, config.norm_eps) if config.final_norm else None
+    if not config.final_norm:
+        return None
+    return make_norm(config.norm, config.d_model, config.norm_eps, fused=config.fused_norm)
 
 
 def _lm_head(config: ModelConfig, embeddings: Embeddings) -> nn.Linear:
@@ -286,7 +288,7 @@ class Encoder(nn.Module):
         self.norm = _final_norm(config)
         self.mlm_dense = nn.Linear(config.d_model, config.d_model)
         self.mlm_act = nn.GELU(approximate="tanh" if config.activation == "gelu_tanh" else "none")
-        self.mlm_norm = make_norm(config.norm, config.d_model, config.norm_eps)
+        self.mlm_norm = make_norm(config.norm, config.d_model, config.norm_eps, fused=config.fused_norm)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=True)
         if config.tie_embeddings:
             tie_weights(self.lm_head, self.embed.token)
