@@ -644,9 +644,35 @@ _AXE_OPTIONS = {"runOnly": {"type": "tag", "values": _WCAG_TAGS}, "resultTypes":
 # What changes between the light and the dark scheme is colour: the dark audit runs the colour rules.
 _AXE_COLOUR_RULES = ["color-contrast", "link-in-text-block"]
 _AXE_COLOUR_OPTIONS = {"runOnly": {"type": "rule", "values": _AXE_COLOUR_RULES}, "resultTypes": ["violations"]}
-# The Chinese pages share the English pages' stylesheets, so their colours are audited on the English pages;
-# color-contrast is most of an audit's time (about 10 of 12 s on the longest page).
+# The Chinese pages share the English pages' stylesheets, so their colours are audited on the English pages.
 _AXE_NO_COLOUR_OPTIONS = {**_AXE_OPTIONS, "rules": {rule: {"enabled": False} for rule in _AXE_COLOUR_RULES}}
+# color-contrast is most of an audit's time, and most of that goes to highlighted code: ten thousand spans on
+# a long page, in a few dozen colours. A span's contrast depends only on the kind of block it is in (cell
+# input, cell output, prose) and on its classes and those of the spans around it (Pygments' token classes, a
+# highlighted line, ANSI colours), so the colour audit reads the page without its code blocks, then one span
+# of each such kind plus the smallest block of each kind (its plain text), visible ones -- marked by
+# _MARK_CODE_SAMPLES.
+_CODE = "div.highlight"
+_CODE_SAMPLE = "[data-axe-code-sample]"
+_MARK_CODE_SAMPLES = """() => {
+  const seen = new Set(), smallest = {};
+  const visible = (e) => e.getClientRects().length > 0;  // not inside a collapsed cell: axe skips hidden text
+  for (const block of document.querySelectorAll('div.highlight')) {
+    if (!visible(block)) continue;
+    const kind = block.closest('.cell_input') ? 'input' : block.closest('.cell_output') ? 'output' : 'prose';
+    const size = block.querySelectorAll('*').length;
+    if (!(kind in smallest) || size < smallest[kind].size) smallest[kind] = {size, block};
+    for (const span of block.querySelectorAll('span')) {
+      if (!visible(span)) continue;
+      const chain = [];
+      for (let e = span; e !== block; e = e.parentElement) if (e.tagName === 'SPAN') chain.push(e.className);
+      const key = kind + '|' + chain.join('<');
+      if (!seen.has(key)) { seen.add(key); span.setAttribute('data-axe-code-sample', ''); }
+    }
+  }
+  for (const {block} of Object.values(smallest)) block.setAttribute('data-axe-code-sample', '');
+  return seen.size;
+}"""
 AXE_REPORT = ROOT / "_build" / "axe-report.txt"
 
 
@@ -659,10 +685,11 @@ def axe():
     return module.Axe()
 
 
-def _audit(axe, page, name: str, options: dict = _AXE_OPTIONS) -> None:
-    """Run axe-core on the open page: no serious or critical violation; the rest goes to the report."""
+def _audit(axe, page, name: str, options: dict = _AXE_OPTIONS, context: dict | None = None) -> None:
+    """Run axe-core on the open page (or the ``context`` part of it): no serious or critical violation; the
+    rest goes to the report."""
     page.add_style_tag(content="*, *::before, *::after { transition: none !important; animation: none !important; }")
-    result = axe.run(page, options=options).response
+    result = axe.run(page, context=context, options=options).response
     severe, other = [], []
     for v in result["violations"]:
         line = f"{name}: {v['id']} ({v['impact']}, {len(v['nodes'])} nodes): " + "; ".join(
@@ -677,6 +704,13 @@ def _audit(axe, page, name: str, options: dict = _AXE_OPTIONS) -> None:
 
 
 AUDITED_PAGES = [p for p in PAGES if p != "index.html"]  # index.html only redirects to the root page
+
+
+def _audit_colours(axe, page, name: str) -> None:
+    """The colour rules on the page without its code blocks, then on the code samples (_MARK_CODE_SAMPLES)."""
+    _audit(axe, page, name, _AXE_COLOUR_OPTIONS, {"exclude": [[_CODE]]})
+    if page.evaluate(_MARK_CODE_SAMPLES):
+        _audit(axe, page, name + " code", _AXE_COLOUR_OPTIONS, {"include": [[_CODE_SAMPLE]]})
 
 
 # Every English page in the light scheme with every rule and in the dark scheme with the colour rules; every
@@ -694,11 +728,11 @@ def test_page_passes_the_axe_audit(built_book, browser, server: str, axe, path: 
         page.goto(server + path, wait_until="load")
         page.evaluate(_MATHJAX_DONE)
         assert page.evaluate("document.documentElement.dataset.theme") == scheme
-        if scheme == "dark":
-            options = _AXE_COLOUR_OPTIONS
-        else:
-            options = _AXE_NO_COLOUR_OPTIONS if path.startswith(ZH) else _AXE_OPTIONS
-        _audit(axe, page, f"{path} [{scheme}]", options)
+        name = f"{path} [{scheme}]"
+        if scheme == "light":
+            _audit(axe, page, name, _AXE_NO_COLOUR_OPTIONS)
+        if not path.startswith(ZH):
+            _audit_colours(axe, page, name)
     finally:
         context.close()
 
@@ -706,7 +740,10 @@ def test_page_passes_the_axe_audit(built_book, browser, server: str, axe, path: 
 def test_the_axe_audit_can_fail(browser, axe, tmp_path: pathlib.Path) -> None:
     (tmp_path / "bad.html").write_text(
         '<html><body><main><img src="x.png"><button aria-label="Close">Open menu</button>'
-        '<p style="color:#bbb;background:#fff">faint text</p></main></body></html>',
+        '<p style="color:#bbb;background:#fff">faint text</p>'
+        '<div class="cell_input"><div class="highlight" style="background:#fff"><pre><span class="k">def</span> '
+        '<span class="n" style="color:#ccc">faint_name</span>(): <span class="k">pass</span></pre></div></div>'
+        "</main></body></html>",
         encoding="utf-8",
     )
     with _serve(tmp_path) as url:
@@ -721,6 +758,16 @@ def test_the_axe_audit_can_fail(browser, axe, tmp_path: pathlib.Path) -> None:
             assert "color-contrast" not in str(caught.value)
             with pytest.raises(AssertionError, match="color-contrast"):  # the dark scheme's rule set
                 _audit(axe, page, "bad.html", _AXE_COLOUR_OPTIONS)
+            # the colour audit in two parts: the page without code finds the faint paragraph, the code samples
+            # (one span per kind: 'k' once, 'n' once, and the block itself) the faint span
+            with pytest.raises(AssertionError, match=r"color-contrast .*faint text") as caught:
+                _audit(axe, page, "bad.html", _AXE_COLOUR_OPTIONS, {"exclude": [[_CODE]]})
+            assert "faint_name" not in str(caught.value)
+            assert page.evaluate(_MARK_CODE_SAMPLES) == 2
+            assert page.locator(_CODE_SAMPLE).count() == 3
+            with pytest.raises(AssertionError, match=r"color-contrast .*faint_name") as caught:
+                _audit(axe, page, "bad.html", _AXE_COLOUR_OPTIONS, {"include": [[_CODE_SAMPLE]]})
+            assert "faint text" not in str(caught.value)
         finally:
             context.close()
 
