@@ -730,7 +730,7 @@ def _audit_page(axe, page, path: str, *, colours: bool) -> None:
     _audit(axe, page, f"{path} [light]", _AXE_NO_COLOUR_OPTIONS)
     if colours:
         _audit_colours(axe, page, f"{path} [light]")
-        page.add_style_tag(content=_NO_TRANSITIONS)  # the colours change at once, not over a transition
+        # _audit has switched transitions off: the colours change at once, not over a transition
         background = page.evaluate(_SET_SCHEME, "dark")
         red, green, blue = (int(c) for c in re.findall(r"\d+", background)[:3])
         assert max(red, green, blue) < 80, f"{path}: the dark scheme did not apply (background {background})"

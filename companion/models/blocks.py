@@ -29,7 +29,7 @@ from companion.positions import LearnedPositionalEmbedding, RotaryEmbedding, ali
 
 __all__ = [
     "DecoderLayer", "DecoderLayerCache", "Embeddings", "EncoderLayer", "attention_mask", "causal_by_flag",
-    "init_weights", "make_rope",
+    "config_norm", "init_weights", "make_rope",
 ]
 
 
@@ -46,9 +46,7 @@ class Embeddings(nn.Module):
         elif config.positions == "sinusoidal":  # a fixed table: a buffer, not a parameter
             table = sinusoidal_encoding(config.max_seq_len, config.d_model)  # (T_max, D)
             self.register_buffer("sinusoid", table, persistent=False)
-        self.norm = None
-        if config.embed_norm:
-            self.norm = make_norm(config.norm, config.d_model, config.norm_eps, fused=config.fused_norm)
+        self.norm = config_norm(config) if config.embed_norm else None
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
@@ -62,6 +60,11 @@ class Embeddings(nn.Module):
         if self.norm is not None:
             x = self.norm(x)
         return self.dropout(x)
+
+
+def config_norm(config: ModelConfig) -> nn.Module:
+    """The norm ``config`` asks for (kind, eps, fused or not), for the places outside a ``ResidualBlock``."""
+    return make_norm(config.norm, config.d_model, config.norm_eps, fused=config.fused_norm)
 
 
 def make_rope(config: ModelConfig) -> RotaryEmbedding | None:

@@ -21,7 +21,6 @@ from companion._checks import check_positive_int, check_probability, check_tenso
 from companion._renames import renamed
 from companion.attention import KVCache
 from companion.embeddings import tie_weights
-from companion.layers import make_norm
 from companion.models.blocks import (
     DecoderLayer,
     DecoderLayerCache,
@@ -29,6 +28,7 @@ from companion.models.blocks import (
     EncoderLayer,
     attention_mask,
     causal_by_flag,
+    config_norm,
     init_weights,
     make_rope,
 )
@@ -84,9 +84,7 @@ def _check_caches(kv_caches: list | None, n_layers: int, kind: type) -> int:
 
 
 def _final_norm(config: ModelConfig) -> nn.Module | None:
-    if not config.final_norm:
-        return None
-    return make_norm(config.norm, config.d_model, config.norm_eps, fused=config.fused_norm)
+    return config_norm(config) if config.final_norm else None
 
 
 def _lm_head(config: ModelConfig, embeddings: Embeddings) -> nn.Linear:
@@ -288,7 +286,7 @@ class Encoder(nn.Module):
         self.norm = _final_norm(config)
         self.mlm_dense = nn.Linear(config.d_model, config.d_model)
         self.mlm_act = nn.GELU(approximate="tanh" if config.activation == "gelu_tanh" else "none")
-        self.mlm_norm = make_norm(config.norm, config.d_model, config.norm_eps, fused=config.fused_norm)
+        self.mlm_norm = config_norm(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=True)
         if config.tie_embeddings:
             tie_weights(self.lm_head, self.embed.token)
