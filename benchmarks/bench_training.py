@@ -12,7 +12,7 @@ steps, on about 1 MB of text.
 * ``reference``: a nanoGPT-style model and loop written below in plain PyTorch (``nn.LayerNorm``, one
   fused Q/K/V projection, ``F.scaled_dot_product_attention(is_causal=True)``, a hand-written loop).
 
-Both see the same batches (``companion.textdata.TokenData``, which depends only on the seed and the step)
+Both see the same batches (``companion.data.TokenData``, which depends only on the seed and the step)
 and are scored on the same validation windows after training (not timed). Printed: both validation
 losses (they should agree within 0.03: the same architecture and recipe, different random initial
 weights) and the wall-time ratio companion / reference, measured in the same run (target <= 1.0x).
@@ -41,9 +41,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from companion.data import char_corpus
+from companion.data import TokenData, char_corpus
 from companion.models import GPT, ModelConfig
-from companion.textdata import TokenData
 from companion.training import TrainConfig, lm_loss, make_optimizer, train
 
 # nanoGPT's CPU recipe

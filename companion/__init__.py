@@ -14,11 +14,26 @@ Shape legend, used in every docstring and every ``# (B, H, T, D_h)`` comment of 
     D_h   head width, D // H
     V     vocabulary size
 
-Modules, one concept each, imported on first use (``import companion; companion.models`` works):
-``tokens``, ``embeddings``, ``attention``, ``masks``, ``positions``,
-``layers``, ``models``, ``generation``, ``training`` (which re-exports ``train_loop``, ``checkpoints`` and
-``translation``), ``scaling``, ``data``, ``plots``, ``timing``, ``exercises``; and ``scratch``, forward-only NumPy twins
-written to be read.
+The package reads as the course's table of contents. Modules, one concept each, imported on first use
+(``import companion; companion.models`` works), in the order the chapters use them:
+
+    tokens        text -> ids: characters, byte-level BPE, WordPiece (chapter 1)
+    embeddings    ids -> vectors, weight tying (chapter 2)
+    attention     scaled dot-product and multi-head attention, the KV cache (chapters 3, 4)
+    positions     sinusoidal, learned, RoPE, ALiBi, T5 buckets (chapter 5)
+    layers        feed-forward networks, norms, the residual block (chapter 6)
+    masks         causal, padding and sliding-window masks (chapter 7)
+    models        ModelConfig, GPT, Transformer, Encoder, Hugging Face formats (chapters 8, 11)
+    generation    sampling, the decoding loop, beam search, translation (chapter 9)
+    scaling       parameter / FLOP / KV-cache counts, power-law fits (chapter 10)
+    data          the course's data sets, and your own text as training data (chapter 11)
+    training      losses, schedule, the loop, checkpoints, the trainers, data parallelism
+    cli           companion-train / companion-sample (chapter 11)
+    exercises     check(name, answer) for every chapter's exercises
+    plots, timing notebook helpers;  scratch: forward-only NumPy twins written to be read
+
+Lower modules never import higher ones (tests/test_architecture.py checks the layers and that no import
+cycle exists, counting imports inside functions).
 
 Importing ``companion`` loads torch and numpy only: no Jupyter module, no matplotlib.
 """

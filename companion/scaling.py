@@ -1,4 +1,4 @@
-"""Scaling: parameter, FLOP and KV-cache counts by formula, and the scaling-law experiment.
+"""Scaling: parameter, FLOP and KV-cache counts by formula, and fitting a scaling law.
 
 - ``count_parameters(config, family)``: the parameter count of ``companion.models.GPT`` / ``Transformer`` /
   ``Encoder`` from the config alone, term by term (tests check it equals the modules' ``numel`` for every
@@ -12,8 +12,9 @@
   Llama-2 7B at 4,096 tokens in fp16: exactly 2 GiB per sequence; GQA with 8 K/V heads: a quarter.
 - ``fit_power_law``: L(N) = E + A·N^(−α) by Levenberg–Marquardt in NumPy (no SciPy), with standard errors
   from the covariance s²(JᵀJ)⁻¹ of the linearised problem.
-- ``scaling_sweep``: trains a ladder of small GPTs on a ``MarkovSource`` (exact entropy rate = the E a
-  fit should find) and returns (N, loss) pairs.
+
+Everything here is arithmetic on a config (any object with ``ModelConfig``'s fields) or on numbers; the
+experiment that trains models for a fit is ``companion.training.scaling_sweep``.
 """
 
 from __future__ import annotations
@@ -24,14 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
 from companion._checks import check_choice, check_positive_int
-from companion._renames import renamed
 
 __all__ = [
     "count_parameters", "training_flops", "forward_flops_per_token", "kv_cache_bytes", "PowerLawFit",
-    "fit_power_law", "scaling_sweep", "compute_optimal_split",
+    "fit_power_law", "compute_optimal_split",
 ]
 
 FAMILIES = ("gpt", "transformer", "encoder")
@@ -128,7 +127,6 @@ def forward_flops_per_token(config: Any, seq_len: int) -> float:
     return 2.0 * (matmul + attention)
 
 
-@renamed(batch="batch_size")
 def kv_cache_bytes(
     n_layers: int, n_kv_heads: int, head_dim: int, seq_len: int, batch_size: int = 1, bytes_per_value: int = 2
 ) -> int:
@@ -221,56 +219,3 @@ def fit_power_law(n: Sequence[float], loss: Sequence[float], *, max_iter: int = 
     cov = to_public @ cov_internal @ to_public.T
     err = np.sqrt(np.maximum(np.diag(cov), 0.0))
     return PowerLawFit(float(e_fit), a, float(alpha), float(err[0]), float(err[1]), float(err[2]), cov, math.sqrt(s2))
-
-
-def scaling_sweep(
-    widths: Sequence[int],
-    *,
-    steps: int = 600,
-    source: Any = None,
-    n_layers: int = 2,
-    head_dim: int = 16,
-    seq_len: int = 32,
-    batch_size: int = 64,
-    lr: float = 1e-2,
-    seed: int = 0,
-    eval_sequences: int = 256,
-    progress: bool = False,
-) -> list[tuple[int, float]]:
-    """Train one small GPT per width in ``widths`` on ``source`` and return ``(N, held-out loss)`` pairs.
-
-    N is the non-embedding parameter count (``count_parameters(..., embeddings=False)``). ``source`` is a
-    ``companion.data.MarkovSource`` (default ``markov_source(16, 2, seed)``); the loss is measured on fresh
-    sequences, only at positions that see the chain's full context, so it cannot go below
-    ``source.entropy_rate``. Every model sees the same batches (same seed).
-
-    Example (defaults, 1 CPU thread, about a minute): widths 8, 16, 32, 64 on ``markov_source(16, 2)``
-    (entropy rate 2.109 nats) gave losses 2.713, 2.503, 2.191, 2.138 for N = 1,760 … 100,096.
-    """
-    from companion.data import markov_source
-    from companion.models import GPT, ModelConfig
-    from companion.training import TrainConfig, lm_loss, train
-
-    source = source if source is not None else markov_source(16, 2, seed)
-    held_out = source.sample_batch(eval_sequences, seq_len + 1, torch.Generator().manual_seed(seed + 1))
-    results = []
-    for width in widths:
-        check_positive_int("width", width)
-        config = ModelConfig(
-            vocab_size=source.vocab_size, d_model=width, n_heads=max(1, width // head_dim), n_layers=n_layers,
-            d_ff=4 * width, max_seq_len=seq_len, dropout=0.0,
-        )  # fmt: skip
-        torch.manual_seed(seed)
-        model = GPT(config)
-
-        def get_batch(step: int) -> torch.Tensor:
-            return source.sample_batch(batch_size, seq_len + 1, torch.Generator().manual_seed(seed * 100_003 + step))
-
-        train(model, get_batch, lm_loss, TrainConfig(steps=steps, lr=lr, warmup_steps=max(1, steps // 10)),
-              progress=progress)
-        with torch.no_grad():
-            logits = model(held_out[:, :-1])[:, source.order - 1 :]  # (B, T - k + 1, V): full-context positions
-            targets = held_out[:, source.order :]  # (B, T - k + 1)
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
-        results.append((count_parameters(config, "gpt", embeddings=False), float(loss)))
-    return results

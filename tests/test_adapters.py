@@ -1,5 +1,5 @@
 """One decoding loop for every model (issue 13, item 1): the Decodable protocol, the adapters of
-companion.adapters, beam search reusing one KV cache across beams, and the train/eval mode restored
+companion.generation, beam search reusing one KV cache across beams, and the train/eval mode restored
 even when decoding raises."""
 
 from __future__ import annotations
@@ -8,9 +8,18 @@ import pytest
 import torch
 from torch import nn
 
-from companion.adapters import BigramModel, ConditionedDecoder, DecodingConfig, FunctionModel
 from companion.attention import KVCache
-from companion.generation import Decodable, beam_search, eval_mode, generate, translate
+from companion.generation import (
+    BigramModel,
+    ConditionedDecoder,
+    Decodable,
+    DecodingConfig,
+    FunctionModel,
+    beam_search,
+    eval_mode,
+    generate,
+    translate,
+)
 from companion.models import GPT, ModelConfig, Transformer
 
 TINY = dict(vocab_size=40, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_seq_len=32, dropout=0.0)

@@ -7,7 +7,6 @@ Grouped by module; the shared rules themselves (companion._checks) are tested fi
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 import companion
-from companion import _checks, _renames
+from companion import _checks
 from companion.attention import KVCache, MultiHeadAttention, scaled_dot_product_attention, softmax, split_heads
 from companion.embeddings import TokenEmbedding
 from companion.generation import beam_search, generate, translate
@@ -87,43 +86,34 @@ def test_choice_lists_are_declared_once() -> None:
     assert config.ROPE_PAIRINGS is positions.PAIRINGS and config.ROPE_SCALINGS is positions.TABLE_SCALINGS
 
 
-# --- renamed arguments: the new name everywhere, the old one still accepted (for now) -----------------
+# --- one name per concept: the old keyword names are gone (issue 24) --------------------------------------
 
 
-def test_renamed_arguments_accept_the_old_name_and_refuse_both() -> None:
+def test_old_keyword_names_are_refused() -> None:
+    """``pad_mask``/``src_mask``/``memory_mask``/``padding`` -> ``padding_mask``, ``context`` -> ``memory``,
+    ``max_len`` -> ``max_new_tokens``, ``batch`` -> ``batch_size``, ``dropout_p`` -> ``dropout``: the old names
+    raise Python's own TypeError (no alias layer), and the new ones work."""
     torch.manual_seed(0)
     model = Transformer(ModelConfig(**TINY)).eval()
     src, tgt = ids([5, 6, 0]), ids([1, 7])
     mask = padding_mask(src, 0)
+    gpt, enc, attn = tiny_gpt(), Encoder(ModelConfig(**TINY)).eval(), MultiHeadAttention(8, 2).eval()
+    x, h, q = torch.randn(1, 2, 8), torch.randn(1, 3, 8), torch.randn(2, 3, 4)
+    memory = model.encode(src, padding_mask=mask)
+    old_calls = [
+        lambda: model(src, tgt, src_mask=mask), lambda: model.encode(src, src_mask=mask),
+        lambda: model.decode(tgt, memory, memory_mask=mask), lambda: gpt(src, pad_mask=mask),
+        lambda: enc(src, pad_mask=mask), lambda: attn(x, context=h),
+        lambda: scaled_dot_product_attention(q, q, q, dropout_p=0.0), lambda: kv_cache_bytes(2, 2, 4, 8, batch=3),
+        lambda: translate(model, src, 1, 2, max_len=3),
+    ]  # fmt: skip
+    for call in old_calls:
+        with pytest.raises(TypeError, match="unexpected keyword argument"):
+            call()
     with torch.no_grad():
-        new = model(src, tgt, padding_mask=mask)
-        assert_close(model(src, tgt, src_mask=mask), new)
-        memory = model.encode(src, padding_mask=mask)
-        assert_close(model.encode(src, src_mask=mask), memory)
-        assert_close(model.decode(tgt, memory, memory_mask=mask), new)
-        gpt = tiny_gpt()
-        assert_close(gpt(src, pad_mask=mask), gpt(src, padding_mask=mask))
-        enc = Encoder(ModelConfig(**TINY)).eval()
-        assert_close(enc(src, pad_mask=mask), enc(src, padding_mask=mask))
-        attn = MultiHeadAttention(8, 2).eval()
-        x, h = torch.randn(1, 2, 8), torch.randn(1, 3, 8)
-        assert_close(attn(x, context=h), attn(x, memory=h))
-    q = torch.randn(2, 3, 4)
-    assert_close(scaled_dot_product_attention(q, q, q, dropout_p=0.0), scaled_dot_product_attention(q, q, q))
-    assert kv_cache_bytes(2, 2, 4, 8, batch=3) == kv_cache_bytes(2, 2, 4, 8, batch_size=3)
-    out = translate(model, src, 1, 2, max_len=3)
-    assert torch.equal(out, translate(model, src, 1, 2, max_new_tokens=3))
-    with pytest.raises(TypeError, match="both padding_mask= and its old name pad_mask="):
-        gpt(src, pad_mask=mask, padding_mask=mask)
-
-
-def test_renamed_warns_once_switched_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_renames, "WARN", True)
-    with pytest.warns(DeprecationWarning, match="batch_size="):
-        kv_cache_bytes(2, 2, 4, 8, batch=3)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        kv_cache_bytes(2, 2, 4, 8, batch_size=3)  # the new name never warns
+        model(src, tgt, padding_mask=mask), gpt(src, padding_mask=mask), attn(x, memory=h)
+    assert kv_cache_bytes(2, 2, 4, 8, batch_size=3) == 3 * kv_cache_bytes(2, 2, 4, 8, batch_size=1)
+    assert translate(model, src, 1, 2, max_new_tokens=3).shape[0] == 1
 
 
 # --- ModelConfig validates itself, once ----------------------------------------------------------------

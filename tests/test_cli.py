@@ -24,8 +24,7 @@ from companion.cli.run_folder import CHECKPOINT, LOG, load_run, read_run_checkpo
 from companion.cli.sample import main as sample_main
 from companion.cli.train import main as train_main
 from companion.cli.train import read_log
-from companion.data import char_corpus
-from companion.textdata import TokenData, write_token_file
+from companion.data import TokenData, char_corpus, write_token_file
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--tokenizer", "char", "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--seq-len", "16",
@@ -56,7 +55,7 @@ def trained(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-# --- the data pipeline (companion.textdata) ------------------------------------------------------------
+# --- the data pipeline (companion.data) ------------------------------------------------------------
 
 
 def test_windows_come_from_their_split_and_depend_only_on_the_step() -> None:

@@ -251,11 +251,11 @@ def test_log_prob_accepts_every_integer_id_dtype():
         torch.testing.assert_close(src.log_prob(x.to(dtype)), src.log_prob(x))
 
 
-def test_sample_batch_takes_batch_size_and_the_old_keyword():
+def test_sample_batch_takes_batch_size():
     src = markov_source(8, 1, seed=0)
     new = src.sample_batch(batch_size=3, length=5, generator=torch.Generator().manual_seed(1))
-    old = src.sample_batch(batch=3, length=5, generator=torch.Generator().manual_seed(1))
-    assert torch.equal(new, old) and new.shape == (3, 5)
+    again = src.sample_batch(3, 5, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(new, again) and new.shape == (3, 5)
     with pytest.raises(ValueError, match="batch_size=0"):
         src.sample_batch(0, 5)
 

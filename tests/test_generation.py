@@ -236,11 +236,11 @@ def test_translate_cached_equals_uncached_and_encodes_once(name: str, monkeypatc
     real_encode = model.encode
     monkeypatch.setattr(model, "encode", lambda *a, **k: encode_calls.append(1) or real_encode(*a, **k))
     hook = model.decoder_layers[0].register_forward_pre_hook(lambda m, args: decoder_inputs.append(args[0].size(1)))
-    cached = translate(model, src, bos_id=1, eos_id=2, max_len=10, src_pad_id=0)
+    cached = translate(model, src, bos_id=1, eos_id=2, max_new_tokens=10, src_pad_id=0)
     hook.remove()
     assert encode_calls == [1]  # the encoder ran once for the whole translation
     assert decoder_inputs == [1] * (cached.size(1) - 1)  # every step fed one new token
-    uncached = translate(model, src, bos_id=1, eos_id=2, max_len=10, src_pad_id=0, use_cache=False)
+    uncached = translate(model, src, bos_id=1, eos_id=2, max_new_tokens=10, src_pad_id=0, use_cache=False)
     assert torch.equal(cached, uncached)
     assert (cached[:, 0] == 1).all()
 
@@ -257,7 +257,7 @@ def test_translate_cached_equals_uncached_and_encodes_once(name: str, monkeypatc
 def test_translate_rejects_too_long_outputs() -> None:
     model = Transformer(ModelConfig(**TINY))
     with pytest.raises(ValueError, match="max_new_tokens=40"):
-        translate(model, torch.ones(1, 3, dtype=torch.long), 1, 2, max_len=40)
+        translate(model, torch.ones(1, 3, dtype=torch.long), 1, 2, max_new_tokens=40)
 
 
 # --- against Hugging Face ---------------------------------------------------------------------------

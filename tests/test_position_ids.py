@@ -38,8 +38,8 @@ def test_positions_from_the_mask_give_each_row_its_own_logits(positions):
     ids, real, rows = left_padded()
     position_ids = (real.long().cumsum(-1) - 1).clamp(min=0)  # (B, T): 0 at each row's first real token
     with torch.no_grad():
-        fixed = model(ids, pad_mask=real[:, None, None, :], position_ids=position_ids)
-        naive = model(ids, pad_mask=real[:, None, None, :])
+        fixed = model(ids, padding_mask=real[:, None, None, :], position_ids=position_ids)
+        naive = model(ids, padding_mask=real[:, None, None, :])
         alone = model(rows[1][None])
     torch.testing.assert_close(fixed[1, -2:], alone[0], atol=1e-5, rtol=1e-5)
     assert (naive[1, -1] - alone[0, -1]).abs().max() > 1e-3  # the pitfall: shifted positions
@@ -58,10 +58,10 @@ def test_position_ids_with_a_cache_match_one_pass():
     position_ids = (real.long().cumsum(-1) - 1).clamp(min=0)
     pad = real[:, None, None, :]
     with torch.no_grad():
-        full = model(ids, pad_mask=pad, position_ids=position_ids)
+        full = model(ids, padding_mask=pad, position_ids=position_ids)
         caches = model.new_kv_caches()
-        first = model(ids[:, :3], caches, pad_mask=pad[..., :3], position_ids=position_ids[:, :3])
-        rest = model(ids[:, 3:], caches, pad_mask=pad, position_ids=position_ids[:, 3:])
+        first = model(ids[:, :3], caches, padding_mask=pad[..., :3], position_ids=position_ids[:, :3])
+        rest = model(ids[:, 3:], caches, padding_mask=pad, position_ids=position_ids[:, 3:])
     torch.testing.assert_close(torch.cat([first, rest], 1)[real], full[real], atol=1e-5, rtol=1e-5)
 
 
@@ -69,7 +69,7 @@ def test_rope_is_shift_invariant_and_rejects_position_ids():
     model = tiny("rope")
     ids, real, rows = left_padded()
     with torch.no_grad():
-        padded = model(ids, pad_mask=real[:, None, None, :])
+        padded = model(ids, padding_mask=real[:, None, None, :])
         alone = model(rows[1][None])
     torch.testing.assert_close(padded[1, -2:], alone[0], atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="position_ids"):

@@ -14,9 +14,9 @@ from companion.scaling import (
     fit_power_law,
     forward_flops_per_token,
     kv_cache_bytes,
-    scaling_sweep,
     training_flops,
 )
+from companion.training import scaling_sweep
 
 PRESETS = ["transformer_base", "gpt2_small", "llama", "llama_tiny", "bert_base", "mistral_7b"]
 FAMILIES = {"gpt": GPT, "transformer": Transformer, "encoder": Encoder}

@@ -21,7 +21,6 @@ from companion.training import (
     lm_loss,
     load_checkpoint,
     lr_at,
-    main,
     make_optimizer,
     save_checkpoint,
     seq2seq_loss,
@@ -29,6 +28,7 @@ from companion.training import (
     train_translation,
     translation_accuracy,
 )
+from companion.training.ddp import main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -349,16 +349,6 @@ def test_resuming_from_a_checkpoint_equals_one_uninterrupted_run(tmp_path):
         torch.testing.assert_close(a, b, msg=name)
 
 
-def test_train_loop_module_still_exports_the_loop():
-    """``companion.train_loop`` (the old path) and ``companion.training`` name the same objects."""
-    import companion.train_loop as old
-    import companion.training as new
-
-    for name in old.__all__:
-        assert getattr(old, name) is getattr(new, name), name
-    assert set(old.__all__) <= set(new.__all__)
-
-
 # --- checkpoint files (issue 13, item 10) -------------------------------------------------------------------
 
 
@@ -493,11 +483,11 @@ def test_command_line_in_a_subprocess_prints_one_line_and_no_traceback(tmp_path)
 
 @pytest.mark.parametrize(
     "name",
-    ["companion._files", "companion.checkpoints", "companion.train_loop", "companion.training",
+    ["companion._files", "companion.training.checkpoints", "companion.training.translation", "companion.training",
      "companion.training.losses", "companion.training.schedule", "companion.training.loop", "companion.training.ddp",
      "companion.tokens", "companion.tokens.base", "companion.tokens.bpe", "companion.tokens.char",
      "companion.tokens.wordpiece", "companion.data", "companion.data.translation", "companion.data.corpus",
-     "companion.data.markov"],
+     "companion.data.markov", "companion.data.text"],
 )  # fmt: skip
 def test_training_tokens_and_data_modules_declare_all(name):
     import importlib

@@ -25,7 +25,6 @@ from companion._checks import (
     check_same_dtype_device,
     check_tensor,
 )
-from companion._renames import renamed
 from companion.attention.kv_cache import KVCache
 from companion.attention.sdpa import _check_causal, _check_mask, scaled_dot_product_attention
 from companion.masks import causal_mask, combine_masks
@@ -148,7 +147,6 @@ class MultiHeadAttention(nn.Module):
         if kv_cache is not None and not isinstance(kv_cache, KVCache):
             raise TypeError(f"kv_cache must be a KVCache or None, got {type(kv_cache).__name__}")
 
-    @renamed(context="memory")
     def forward(
         self,
         x: Tensor,

@@ -33,7 +33,6 @@ from companion._checks import (
     check_same_dtype_device,
     check_tensor,
 )
-from companion._renames import renamed
 from companion.masks import causal_mask
 
 __all__ = ["scaled_dot_product_attention", "softmax"]
@@ -110,7 +109,6 @@ def _check_causal(is_causal: bool, t: int, s: int) -> None:
         )
 
 
-@renamed(dropout_p="dropout")
 def scaled_dot_product_attention(
     q: Tensor,
     k: Tensor,
@@ -127,9 +125,8 @@ def scaled_dot_product_attention(
     ``mask`` is boolean (``True`` = may attend) or additive (0 / finite bias / ``-inf``); a query whose
     keys are all masked gets the zero vector (see :func:`softmax`). ``is_causal=True`` also hides every
     later key, as ``causal_mask(T, S)`` would (the queries are the last T of the S positions); it combines
-    with ``mask``. ``dropout`` drops attention weights
-    (pass 0 at evaluation time, as with the PyTorch function; the old name ``dropout_p`` is still
-    accepted). The returned weights are those before dropout. fp16/bf16 inputs: scores, softmax and the
+    with ``mask``. ``dropout`` drops attention weights (pass 0 at evaluation time, as with the PyTorch
+    function). The returned weights are those before dropout. fp16/bf16 inputs: scores, softmax and the
     weighted sum run in float32 and the output is cast back.
 
     Shapes:

@@ -6,7 +6,7 @@ Two console scripts, declared in ``pyproject.toml`` and also runnable with ``pyt
 - ``companion-sample DIR --prompt "..."`` = ``python -m companion.cli.sample`` (:mod:`companion.cli.sample`).
 
 The run folder DIR and its checkpoint are described in :mod:`companion.cli.run_folder`; the data pipeline
-(text file -> tokenizer -> ids on disk -> batches) is :mod:`companion.textdata`.
+(text file -> tokenizer -> ids on disk -> batches) is :mod:`companion.data`.
 
 Both ``main(argv)`` functions return the exit code instead of exiting, so a notebook or a test can call
 them in-process: 0 success, 2 bad input (one line on stderr, no traceback), 130 interrupted by Ctrl-C

@@ -1,6 +1,6 @@
 """A training run's folder: what ``companion-train`` writes to ``--out DIR`` and ``companion-sample`` reads.
 
-    DIR/tokenizer.bpe       the tokenizer (or tokenizer.char.json), see companion.textdata.save_tokenizer
+    DIR/tokenizer.bpe       the tokenizer (or tokenizer.char.json), see companion.data.save_tokenizer
     DIR/tokens.bin          the whole text as flat token ids (a numpy memmap)
     DIR/run.json            human-readable: model config, tokenizer reference, training arguments, text fingerprint
     DIR/checkpoint.pt       the last checkpoint (below)
@@ -12,7 +12,7 @@ which refuses arbitrary pickles): ``format``, ``model`` (state dict), ``optimize
 (``ModelConfig`` as a dict), ``tokenizer`` (a reference: kind, file name, SHA-256), ``args`` (the training
 arguments) and ``data`` (the text's fingerprint and token count). Every file is written atomically
 (``companion._files.atomic_write``: a temporary file, then a rename), so a crash or Ctrl-C during a save
-leaves the previous checkpoint whole. It is its own format rather than ``companion.checkpoints``' (weights,
+leaves the previous checkpoint whole. It is its own format rather than ``companion.training.checkpoints``' (weights,
 optimiser, config, step): resuming bit for bit also needs the generator states, and sampling needs the
 tokenizer reference, which that layout has no place for; both write through the same ``atomic_write``.
 
@@ -33,8 +33,8 @@ import torch
 from torch import nn
 
 from companion._files import atomic_write, atomic_write_text
+from companion.data import TOKENIZER_FILES, Tokenizer, load_tokenizer
 from companion.models import GPT, ModelConfig
-from companion.textdata import TOKENIZER_FILES, Tokenizer, load_tokenizer
 
 __all__ = [
     "CHECKPOINT", "LOG", "TOKENS", "RUN_INFO", "RUN_FILES", "Run", "check_out_folder", "get_rng_state",

@@ -19,8 +19,8 @@ import torch
 
 from companion.cli import EXIT_OK, ArgumentParser, UsageError, run_main
 from companion.cli.run_folder import TOKENS, Run, load_run
+from companion.data import token_dtype
 from companion.generation import generate
-from companion.textdata import token_dtype
 
 __all__ = ["main", "sample"]
 

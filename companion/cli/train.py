@@ -9,7 +9,7 @@ What one run does, in order:
 
 1. checks everything it can before writing anything (the text, the flags, the ``--out`` folder): bad input
    ends with one line on stderr and exit code 2, and the folder is left as it was;
-2. a new run trains a tokenizer on the text (``companion.textdata``), writes it, the token ids
+2. a new run trains a tokenizer on the text (``companion.data``), writes it, the token ids
    (``tokens.bin``, memory-mapped) and ``run.json`` into DIR; ``--resume`` reads them back instead;
 3. trains with AdamW, linear warm-up then cosine decay (``companion.training``: ``make_optimizer``,
    ``lr_at``, ``lm_loss``), gradient clipping, a tqdm bar showing the loss (on a terminal, or with
@@ -62,8 +62,7 @@ from companion.cli.run_folder import (
     write_run_info,
 )
 from companion.cli.train_args import device_for, model_config_for, parser, resolve_args
-from companion.models import GPT, ModelConfig
-from companion.textdata import (
+from companion.data import (
     TokenData,
     load_tokenizer,
     read_text_file,
@@ -72,6 +71,7 @@ from companion.textdata import (
     train_tokenizer,
     write_token_file,
 )
+from companion.models import GPT, ModelConfig
 from companion.training import TrainConfig, lm_loss, lr_at, make_optimizer
 from companion.training.ddp import batch_shard, data_parallel, process_group_backend
 

@@ -1,7 +1,7 @@
-"""The course's data: a toy zh→en translation task, a small English corpus, a source of known entropy.
+"""The course's data, in one place: the bundled data sets, and your own text as training data.
 
-Nothing is downloaded; everything is generated from a seed or shipped with the package. Import from here
-(``from companion.data import toy_translation``); one module per data set:
+Nothing is downloaded; everything is generated from a seed, shipped with the package, or read from a file
+you give. Import from here (``from companion.data import toy_translation, TokenData``); one module each:
 
 - :mod:`companion.data.translation` -- ``toy_translation``: Chinese→English sentence pairs from a small
   grammar whose word order really differs between the languages, with ``Vocab``, ``encode_batch`` and
@@ -10,12 +10,28 @@ Nothing is downloaded; everything is generated from a seed or shipped with the p
   for this course, for the character-level language model.
 - :mod:`companion.data.markov` -- ``markov_source``: a random order-k Markov chain whose entropy rate
   (nats/token) is computed exactly, the irreducible loss E of the scaling-law experiment.
+- :mod:`companion.data.text` -- your own text (chapter 11, ``companion-train``): ``read_text_file``,
+  ``train_tokenizer`` / ``save_tokenizer`` / ``load_tokenizer``, the ids on disk (``write_token_file``) and
+  ``TokenData``, which serves random training windows and fixed validation windows from them.
 """
 
 from __future__ import annotations
 
 from companion.data.corpus import char_corpus
 from companion.data.markov import MarkovSource, markov_source
+from companion.data.text import (
+    TOKENIZER_FILES,
+    VAL_FRACTION,
+    TokenData,
+    Tokenizer,
+    load_tokenizer,
+    read_text_file,
+    save_tokenizer,
+    text_sha256,
+    token_dtype,
+    train_tokenizer,
+    write_token_file,
+)
 from companion.data.translation import (
     BOS,
     EOS,
@@ -35,4 +51,6 @@ from companion.data.translation import (
 __all__ = [
     "PAD", "BOS", "EOS", "UNK", "SPECIALS", "Pair", "MAX_SENTENCES", "Vocab", "TranslationData", "toy_translation",
     "translation_lexicon", "detokenize", "encode_batch", "char_corpus", "MarkovSource", "markov_source",
+    "TOKENIZER_FILES", "VAL_FRACTION", "TokenData", "Tokenizer", "load_tokenizer", "read_text_file", "save_tokenizer",
+    "text_sha256", "token_dtype", "train_tokenizer", "write_token_file",
 ]

@@ -17,7 +17,6 @@ import torch
 from torch import Tensor
 
 from companion._checks import check_positive_float, check_positive_int, check_token_ids
-from companion._renames import renamed
 
 __all__ = ["MarkovSource", "markov_source"]
 
@@ -75,7 +74,6 @@ class MarkovSource:
             pi = new
         return pi
 
-    @renamed(batch="batch_size")
     def sample_batch(self, batch_size: int, length: int, generator: torch.Generator | None = None) -> Tensor:
         """``batch_size`` independent sequences of ``length`` symbols, each started in the stationary state.
 

@@ -3,7 +3,7 @@
 References, imported inside the case builders: :func:`companion.generation.apply_temperature`,
 :func:`~companion.generation.top_k_filter`, :func:`~companion.generation.top_p_filter`,
 :func:`~companion.generation.beam_search`, :class:`companion.attention.KVCache`,
-:func:`companion.attention.scaled_dot_product_attention` and :class:`companion.adapters.BigramModel`.
+:func:`companion.attention.scaled_dot_product_attention` and :class:`companion.generation.BigramModel`.
 """
 
 from __future__ import annotations
@@ -278,8 +278,7 @@ def _sequence_probability(p: Tensor, ids: list[int]) -> float:
 
 
 def _beam_probability() -> float:
-    from companion.adapters import BigramModel
-    from companion.generation import beam_search
+    from companion.generation import BigramModel, beam_search
 
     p = beam_table()
     best = beam_search(BigramModel(p.log()), torch.tensor([[0]]), beam_width=2, max_new_tokens=4, eos_id=1)

@@ -3,7 +3,7 @@ learning-rate schedule, bits per byte, and what to do about a validation loss th
 
 References, imported inside the case builders: :func:`companion.training.lr_at` with
 :class:`~companion.training.TrainConfig` (the schedule). The windows are cut as
-:class:`companion.textdata.TokenData` cuts them (``seq_len + 1`` ids) and split into inputs and targets as
+:class:`companion.data.TokenData` cuts them (``seq_len + 1`` ids) and split into inputs and targets as
 :func:`companion.training.lm_loss` splits them (``[:, :-1]`` and ``[:, 1:]``). Bits per byte is a one-line
 formula with no function of its own in the package; the check computes it from its definition, and
 tests/test_exercises_ch11.py checks that formula against a model's summed loss on a text of known bytes.
@@ -70,7 +70,7 @@ INITIAL_LOSS = value_check(
 
 
 def _windows(ids: Tensor, starts: list[int], seq_len: int) -> Tensor:
-    """Windows of ``seq_len + 1`` ids, as ``companion.textdata.TokenData`` serves them: (B, T + 1)."""
+    """Windows of ``seq_len + 1`` ids, as ``companion.data.TokenData`` serves them: (B, T + 1)."""
     return torch.stack([ids[s : s + seq_len + 1] for s in starts])  # (B, T + 1)
 
 

@@ -1,28 +1,29 @@
-"""Models of the course: one configurable core for encoder-decoder, decoder-only and encoder-only.
+"""Models of the course: one configurable core for decoder-only, encoder-decoder and encoder-only models.
 
-``ModelConfig`` (config.py) holds every architectural choice; ``blocks.py`` builds layers from
-``companion.attention``, ``companion.layers``, ``companion.positions`` and ``companion.embeddings``;
-``transformer.py`` stacks them into ``Transformer``, ``GPT`` and ``Encoder``; ``hf_loaders.py`` maps
-Hugging Face GPT-2 / Llama state dicts onto ``GPT`` (checkpoint names never leave that file).
+One module per concept, each importing only the ones above it in this list:
+
+- :mod:`~companion.models.config` -- ``ModelConfig``: every architectural choice, one field each, with presets.
+- :mod:`~companion.models.blocks` -- the pieces: ``Embeddings``, ``EncoderLayer``, ``DecoderLayer``, the
+  attention mask one call needs, GPT-2's initialisation.
+- :mod:`~companion.models.hf` -- Hugging Face formats (checkpoint names and ``config.json`` keys, both
+  directions; model folders on disk). It builds no model.
+- :mod:`~companion.models.base` -- what the models share: ``num_parameters``, input checks, the output head.
+- :mod:`~companion.models.gpt` -- ``GPT`` (decoder-only; ``from_pretrained`` / ``save_pretrained``).
+- :mod:`~companion.models.encoder_decoder` -- ``Transformer`` (encoder–decoder).
+- :mod:`~companion.models.encoder` -- ``Encoder`` (BERT-style) and ``mask_tokens``.
+- :mod:`~companion.models.loaders` -- ``load_gpt2_state_dict`` / ``load_llama_state_dict``: a model from a
+  Hugging Face state dict.
 """
 
+from companion.models.base import num_parameters
 from companion.models.blocks import DecoderLayer, DecoderLayerCache, Embeddings, EncoderLayer, attention_mask
 from companion.models.config import ModelConfig
-from companion.models.hf_loaders import load_gpt2_state_dict, load_llama_state_dict
-from companion.models.transformer import GPT, Encoder, Transformer, mask_tokens, num_parameters
+from companion.models.encoder import Encoder, mask_tokens
+from companion.models.encoder_decoder import Transformer
+from companion.models.gpt import GPT
+from companion.models.loaders import load_gpt2_state_dict, load_llama_state_dict
 
 __all__ = [
-    "GPT",
-    "DecoderLayer",
-    "DecoderLayerCache",
-    "Embeddings",
-    "Encoder",
-    "EncoderLayer",
-    "ModelConfig",
-    "Transformer",
-    "attention_mask",
-    "load_gpt2_state_dict",
-    "load_llama_state_dict",
-    "mask_tokens",
-    "num_parameters",
-]
+    "GPT", "DecoderLayer", "DecoderLayerCache", "Embeddings", "Encoder", "EncoderLayer", "ModelConfig", "Transformer",
+    "attention_mask", "load_gpt2_state_dict", "load_llama_state_dict", "mask_tokens", "num_parameters",
+]  # fmt: skip

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from companion._renames import renamed
 from companion.attention import KVCache, MultiHeadAttention
 from companion.embeddings import TokenEmbedding
 from companion.layers import ResidualBlock, make_ffn, make_norm
@@ -78,7 +77,6 @@ def make_rope(config: ModelConfig) -> RotaryEmbedding | None:
     )  # fmt: skip
 
 
-@renamed(padding="padding_mask")
 def attention_mask(
     config: ModelConfig,
     t: int,
@@ -165,7 +163,6 @@ class DecoderLayer(nn.Module):
         self.ffn = make_ffn(config.activation, config.d_model, config.d_ff, bias=config.bias, dropout=config.dropout)
         self.ffn_block = _residual(config)
 
-    @renamed(memory_mask="padding_mask")
     def forward(
         self,
         x: Tensor,

@@ -55,14 +55,16 @@ def _array(tensor: Any) -> np.ndarray:
 def params_from_torch(model: Any) -> dict[str, np.ndarray]:
     """Copy the weights of a ``companion.models.GPT`` into the flat dict described in the module docstring.
 
+    The model is read by its attribute names (``config``, ``embed``, ``layers``, ``norm``, ``lm_head``), so this
+    NumPy module never imports the torch models it mirrors.
+
     Raises:
-        TypeError: ``model`` is not a ``companion.models.GPT``.
+        TypeError: ``model`` is not a ``companion.models.GPT`` (it lacks one of those attributes).
         ValueError: its config uses something this NumPy model leaves out (e.g. ``norm='rmsnorm'``).
     """
-    from companion.models import GPT  # torch is needed only to copy weights, not to run the model
-
-    if not isinstance(model, GPT):
-        raise TypeError(f"model must be a companion.models.GPT, got {type(model).__name__}")
+    missing = [name for name in ("config", "embed", "layers", "norm", "lm_head") if not hasattr(model, name)]
+    if missing or not hasattr(model.embed, "token"):
+        raise TypeError(f"model must be a companion.models.GPT, got {type(model).__name__} (it lacks {missing})")
     config = model.config
     for name, allowed in _SUPPORTED.items():
         if getattr(config, name) not in allowed:

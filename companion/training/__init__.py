@@ -1,6 +1,7 @@
-"""Training: teacher-forced losses, AdamW with warm-up and cosine decay, the loop, checkpoints.
+"""Training: teacher-forced losses, AdamW with warm-up and cosine decay, the loop, checkpoints, trainers.
 
-Import everything from here (``from companion.training import train, lm_loss``); the parts live in:
+Import from here (``from companion.training import train, lm_loss``); one concept per module, each importing
+only the ones listed before it:
 
 - :mod:`companion.training.losses` -- ``lm_loss`` / ``seq2seq_loss`` (teacher forcing, padding ignored).
 - :mod:`companion.training.schedule` -- ``TrainConfig`` (validated settings), ``make_optimizer`` (AdamW,
@@ -8,50 +9,33 @@ Import everything from here (``from companion.training import train, lm_loss``);
   (linear warm-up then cosine decay).
 - :mod:`companion.training.loop` -- ``train``: gradient-norm clipping, periodic evaluation, a tqdm progress
   bar, resuming at ``start_step``; returns a history (a list of dicts).
-- :mod:`companion.checkpoints` -- ``save_checkpoint`` / ``load_checkpoint`` (re-exported): atomic, plain
+- :mod:`companion.training.checkpoints` -- ``save_checkpoint`` / ``load_checkpoint``: atomic, plain
   ``torch.save`` dicts read back with ``torch.load(weights_only=True)``.
-- :mod:`companion.translation` -- ``train_translation`` and friends (re-exported): chapter 8's
-  encoder–decoder on ``companion.data.toy_translation``.
-- :mod:`companion.training.ddp` -- the command line ``python -m companion.training`` (or
-  ``torchrun --nproc_per_node=N -m companion.training``): a tiny GPT trained with DistributedDataParallel;
-  its entry point is re-exported as ``main``.
-
-The translation names and ``main`` are loaded on first use (PEP 562), which keeps ``companion.translation``
-(which imports this package) free of an import cycle.
+- :mod:`companion.training.translation` -- ``train_translation`` and friends: chapter 8's encoder–decoder on
+  ``companion.data.toy_translation``.
+- :mod:`companion.training.scaling_sweep` -- ``scaling_sweep``: chapter 10's ladder of small GPTs on a source
+  of known entropy, for fitting a scaling law.
+- :mod:`companion.training.ddp` -- data parallelism: the command line ``python -m companion.training`` (or
+  ``torchrun --nproc_per_node=N -m companion.training``), a tiny GPT trained with DistributedDataParallel.
+  It is not imported here (``python -m companion.training`` runs it); import it by its name.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
-from companion.checkpoints import load_checkpoint, save_checkpoint
+from companion.training.checkpoints import load_checkpoint, save_checkpoint
 from companion.training.loop import train
 from companion.training.losses import LossFn, lm_loss, seq2seq_loss
+from companion.training.scaling_sweep import scaling_sweep
 from companion.training.schedule import TrainConfig, lr_at, make_optimizer
+from companion.training.translation import (
+    train_translation,
+    translate_pairs,
+    translation_accuracy,
+    translation_model_config,
+)
 
 __all__ = [
     "TrainConfig", "LossFn", "lm_loss", "seq2seq_loss", "lr_at", "make_optimizer", "train", "save_checkpoint",
     "load_checkpoint", "train_translation", "translation_accuracy", "translate_pairs", "translation_model_config",
-    "main",
-]
-
-_LAZY = {
-    "train_translation": "companion.translation",
-    "translation_accuracy": "companion.translation",
-    "translate_pairs": "companion.translation",
-    "translation_model_config": "companion.translation",
-    "main": "companion.training.ddp",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value  # the next lookup is a plain attribute
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    "scaling_sweep",
+]  # fmt: skip

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from companion._files import check_writable_file
-from companion.checkpoints import save_checkpoint
+from companion.training.checkpoints import save_checkpoint
 from companion.training.loop import train
 from companion.training.losses import lm_loss
 from companion.training.schedule import TrainConfig

@@ -1,6 +1,6 @@
-"""Adapters that make other models decodable by :func:`companion.generation.generate` and ``beam_search``.
+"""Adapters that make other models decodable by :func:`~companion.generation.decoding.generate` and ``beam_search``.
 
-The decoding loop needs one interface (:class:`companion.generation.Decodable`): ``model(ids,
+The decoding loop needs one interface (:class:`~companion.generation.decoding.Decodable`): ``model(ids,
 kv_caches=...) -> (B, T, V)``, ``model.new_kv_caches()`` and ``model.config.max_seq_len``. These classes
 give it to what does not have it:
 
@@ -28,7 +28,8 @@ import torch
 from torch import Tensor, nn
 
 from companion._checks import check_positive_int, check_tensor, check_token_id, check_token_ids
-from companion.generation import eval_mode
+from companion.generation.decoding import eval_mode
+from companion.masks import padding_mask
 
 __all__ = ["BigramModel", "ConditionedDecoder", "DecodingConfig", "FunctionModel", "TokenHistory"]
 
@@ -46,7 +47,7 @@ class DecodingConfig:
 
 
 class ConditionedDecoder(nn.Module):
-    """The decoder of an encoder–decoder with the source fixed: a :class:`~companion.generation.Decodable`.
+    """The decoder of an encoder–decoder with the source fixed: a :class:`~companion.generation.decoding.Decodable`.
 
     ``ConditionedDecoder(model, src, src_pad_id=0)`` runs ``model.encode`` once (in eval mode, without
     gradients) and keeps H (``memory``) and the source padding mask. ``forward(ids, kv_caches)`` is
@@ -71,8 +72,6 @@ class ConditionedDecoder(nn.Module):
         if src_pad_id is not None:
             check_token_id("src_pad_id", src_pad_id, vocab_size)
         self.model, self.config = model, model.config
-        from companion.masks import padding_mask
-
         self.padding_mask = padding_mask(src, src_pad_id) if src_pad_id is not None else None  # (B, 1, 1, S)
         with eval_mode(model), torch.no_grad():
             self.memory = model.encode(src, self.padding_mask)  # (B_src, S, D): the encoder runs once

@@ -1,4 +1,4 @@
-"""Autoregressive decoding: greedy, temperature, top-k, top-p (nucleus) sampling, beam search, translation.
+"""The decoding loop: greedy and sampled generation, beam search, and what a model must offer to be decoded.
 
 A decoder turns the last position's logits (V scores) into the next token, appends it and repeats
 (the notes' 自回归生成 loop: [START] → I → love → NLP → END). With a KV cache (``use_cache=True``) the
@@ -8,14 +8,11 @@ recomputed every step. Both paths give the same tokens (tests/test_generation.py
 **What a model must offer** (:class:`Decodable`): ``model(ids, kv_caches=caches) -> (B, T, V)``
 logits, ``model.new_kv_caches()`` (a list of per-layer caches, each with ``length`` and
 ``reorder(index)``), and ``model.config.max_seq_len`` (``config.vocab_size`` too, if it has one, is used
-to check ``eos_id`` and the prompt). ``companion.models.GPT`` fits as is; :mod:`companion.adapters` makes
-the rest fit: an encoder–decoder with its source fixed (``ConditionedDecoder``, used by :func:`translate`),
-a plain logits function (``FunctionModel``) and a bigram table (``BigramModel``).
+to check ``eos_id`` and the prompt). ``companion.models.GPT`` fits as is; :mod:`companion.generation.adapters`
+makes the rest fit.
 
-References: Holtzman et al. 2020, "The Curious Case of Neural Text Degeneration" (top-p); Fan et al.
-2018 (top-k); Wu et al. 2016, GNMT (beam search with a length penalty). The filters follow the
-behaviour of Hugging Face ``TopKLogitsWarper`` / ``TopPLogitsWarper``: ties at the k-th logit are
-kept, and top-p keeps the smallest set of most likely tokens whose probabilities reach ``p``.
+References: Wu et al. 2016, GNMT (beam search with a length penalty); the token choice itself is
+:mod:`companion.generation.sampling`.
 """
 
 from __future__ import annotations
@@ -31,23 +28,17 @@ from torch import Tensor, nn
 from companion._checks import (
     check_bool,
     check_number,
-    check_positive_float,
     check_positive_int,
-    check_probability,
     check_token_id,
     check_token_ids,
 )
-from companion._renames import renamed
+from companion.generation.sampling import check_sampling, pick_next
 
 __all__ = [
     "Decodable",
-    "apply_temperature",
     "beam_search",
     "eval_mode",
     "generate",
-    "top_k_filter",
-    "top_p_filter",
-    "translate",
 ]
 
 
@@ -65,7 +56,7 @@ class Decodable(Protocol):
     - ``new_kv_caches() -> list``: fresh, empty caches, one object per layer; each has a ``length``
       (positions held) and ``reorder(index)`` (keep batch rows ``index``, for beam search).
 
-    ``companion.models.GPT`` is one; the adapters of :mod:`companion.adapters` turn an encoder–decoder,
+    ``companion.models.GPT`` is one; the adapters of :mod:`companion.generation.adapters` turn an encoder–decoder,
     a logits function or a bigram table into one. ``isinstance(model, Decodable)`` checks that the names
     exist (not their signatures).
     """
@@ -85,13 +76,13 @@ def _check_decodable(model: Any, *, use_cache: bool, who: str) -> int:
     if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int):
         raise TypeError(
             f"{who}: model.config.max_seq_len must be an int, got {max_seq_len!r}; the model needs a config "
-            "(companion.adapters.DecodingConfig) saying how long a sequence it accepts"
+            "(companion.generation.DecodingConfig) saying how long a sequence it accepts"
         )
     if use_cache:
         if not callable(getattr(model, "new_kv_caches", None)):
             raise TypeError(
                 f"{who}: model {type(model).__name__} has no new_kv_caches(); pass use_cache=False, or wrap it "
-                "(companion.adapters: ConditionedDecoder, FunctionModel, BigramModel)"
+                "(companion.generation: ConditionedDecoder, FunctionModel, BigramModel)"
             )
         forward = model.forward if isinstance(model, nn.Module) else model
         try:
@@ -125,78 +116,6 @@ def eval_mode(model: Any) -> Iterator[Any]:
     finally:
         for m, training in modes:
             m.training = training
-
-
-# --- pure helpers on logits (..., V) -------------------------------------------------------------
-
-
-def apply_temperature(logits: Tensor, temperature: float) -> Tensor:
-    """Divide logits by ``temperature``: < 1 sharpens the softmax, > 1 flattens it.
-
-    Shapes: logits (..., V) -> (..., V).
-    """
-    check_positive_float("temperature", temperature)
-    return logits / temperature
-
-
-def top_k_filter(logits: Tensor, k: int) -> Tensor:
-    """Keep the ``k`` largest logits of each row (ties with the k-th are kept); set the rest to -inf.
-
-    Shapes: logits (..., V) -> (..., V).
-    """
-    check_positive_int("top_k", k)
-    k = min(k, logits.size(-1))
-    kth = torch.topk(logits, k, dim=-1).values[..., -1:]  # (..., 1)
-    return logits.masked_fill(logits < kth, float("-inf"))
-
-
-def top_p_filter(logits: Tensor, p: float) -> Tensor:
-    """Nucleus filter: keep the smallest set of most likely tokens whose probabilities sum to >= ``p``.
-
-    The most likely token is always kept, so ``p`` close to 0 means greedy and ``p=1`` keeps everything.
-
-    Shapes: logits (..., V) -> (..., V).
-    """
-    check_probability("top_p", p, allow_zero=False)
-    if p == 1.0:  # everything; also spares the last tokens from a cumulative sum that rounds past 1
-        return logits
-    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (..., V)
-    probs = torch.softmax(sorted_logits.float(), dim=-1)  # float32 for a stable cumulative sum
-    mass_before = probs.cumsum(dim=-1) - probs  # probability of the tokens ranked above each one
-    drop_sorted = mass_before >= p  # the set already reached p before this token
-    drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
-    return logits.masked_fill(drop, float("-inf"))
-
-
-def _check_sampling(temperature: float, top_k: int | None, top_p: float | None, greedy: bool) -> None:
-    check_bool("greedy", greedy)
-    if not greedy:
-        check_positive_float("temperature", temperature)
-    if top_k is not None:
-        check_positive_int("top_k", top_k)
-    if top_p is not None:
-        check_probability("top_p", top_p, allow_zero=False)
-
-
-def _pick(
-    logits: Tensor,
-    *,
-    temperature: float,
-    top_k: int | None,
-    top_p: float | None,
-    greedy: bool,
-    generator: torch.Generator | None,
-) -> Tensor:
-    """Next token for each row of ``logits`` (B, V) -> (B,)."""
-    if greedy:
-        return logits.argmax(dim=-1)
-    logits = apply_temperature(logits.float(), temperature)
-    if top_k is not None:
-        logits = top_k_filter(logits, top_k)
-    if top_p is not None:
-        logits = top_p_filter(logits, top_p)
-    probs = torch.softmax(logits, dim=-1)  # (B, V)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
 
 
 def _check_prompt(ids: Tensor, max_new_tokens: int, max_seq_len: int, vocab_size: int | None) -> None:
@@ -254,7 +173,7 @@ def generate(
 
     Args:
         model: a :class:`Decodable` model (``companion.models.GPT``, or an adapter from
-            :mod:`companion.adapters`); in eval mode while generating, its own mode restored afterwards.
+            :mod:`companion.generation.adapters`); in eval mode while generating, its own mode restored afterwards.
         ids: prompt token ids (int16, int32 or int64).
         max_new_tokens: how many tokens to append (prompt + new tokens must fit ``max_seq_len``).
         temperature: logits are divided by it before sampling (ignored when ``greedy``).
@@ -278,7 +197,7 @@ def generate(
     """
     max_seq_len = _check_decodable(model, use_cache=use_cache, who="generate")
     check_bool("use_cache", use_cache)
-    _check_sampling(temperature, top_k, top_p, greedy)
+    check_sampling(temperature, top_k, top_p, greedy)
     vocab_size = _vocab_size(model)
     _check_prompt(ids, max_new_tokens, max_seq_len, vocab_size)
     _check_eos(eos_id, vocab_size)
@@ -297,7 +216,7 @@ def generate(
             if step == 0:
                 _check_logits(logits, b, eos_id)
             logits = logits[:, -1, :]  # (B, V): only the last position predicts
-            next_id = _pick(logits, temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy, generator=gen)
+            next_id = pick_next(logits, temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy, generator=gen)
             if eos_id is not None:
                 next_id = next_id.masked_fill(finished, eos_id)
                 finished |= next_id == eos_id
@@ -394,36 +313,3 @@ def beam_search(
     return best[None, :]
 
 
-# --- encoder-decoder translation -----------------------------------------------------------------
-
-
-@renamed(max_len="max_new_tokens")
-@torch.no_grad()
-def translate(
-    model: nn.Module,
-    src: Tensor,
-    bos_id: int,
-    eos_id: int,
-    max_new_tokens: int,
-    *,
-    src_pad_id: int | None = None,
-    use_cache: bool = True,
-) -> Tensor:
-    """Greedy translation with an encoder-decoder ``Transformer``: encode once, decode token by token.
-
-    The source is encoded once by :class:`companion.adapters.ConditionedDecoder`, which makes the
-    encoder–decoder a :class:`Decodable` model, and :func:`generate` decodes it greedily from ``bos_id``.
-    With ``use_cache`` each step feeds only the newest target token: the self-attention keys/values of
-    earlier target tokens and the cross-attention keys/values of H (projected on the first step) come
-    from the caches. ``max_new_tokens`` was called ``max_len`` (still accepted).
-
-    Shapes: src (B, S) -> (B, 1 + n): ``bos_id`` followed by n <= max_new_tokens tokens; rows that
-    finished early are padded with ``eos_id``.
-    """
-    from companion.adapters import ConditionedDecoder
-
-    decoder = ConditionedDecoder(model, src, src_pad_id=src_pad_id)  # checks model, src; encodes once
-    check_token_id("bos_id", bos_id, decoder.config.vocab_size)
-    check_token_id("eos_id", eos_id, decoder.config.vocab_size)
-    start = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
-    return generate(decoder, start, max_new_tokens, greedy=True, eos_id=eos_id, use_cache=use_cache)

@@ -1,7 +1,7 @@
 """Chapter 8's toy zh→en translation: the encoder–decoder, its training run and its exact-match accuracy.
 
 The model is the Transformer of Vaswani et al., *Attention Is All You Need* (2017), scaled down to
-2 + 2 pre-norm layers and D=64 (``translation_model_config``), trained with :func:`companion.train_loop.train`
+2 + 2 pre-norm layers and D=64 (``translation_model_config``), trained with :func:`companion.training.loop.train`
 and ``seq2seq_loss`` on ``companion.data.toy_translation`` and decoded greedily with
 :func:`companion.generation.translate`. Checked in ``tests/test_training.py``: at least 99 % exact
 matches on sentences left out of training, after the default 600 steps.
@@ -9,22 +9,22 @@ matches on sentences left out of training, after the default 600 steps.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor, nn
 
-from companion._checks import check_positive_int
-from companion.train_loop import TrainConfig, seq2seq_loss, train
+from companion._checks import check_choice, check_positive_int
+from companion.data import TranslationData, encode_batch, toy_translation
+from companion.generation import translate
+from companion.models import ModelConfig, Transformer
+from companion.training.loop import train
+from companion.training.losses import seq2seq_loss
+from companion.training.schedule import TrainConfig
 
 __all__ = ["train_translation", "translation_accuracy", "translate_pairs", "translation_model_config"]
 
 
-
-def translation_model_config(vocab_size: int) -> Any:
+def translation_model_config(vocab_size: int) -> ModelConfig:
     """The small encoder–decoder of chapter 8: 2 + 2 pre-norm layers, D=64, 4 heads, sinusoidal positions."""
-    from companion.models import ModelConfig
-
     return ModelConfig(
         vocab_size=vocab_size, d_model=64, n_heads=4, n_layers=2, d_ff=256, max_seq_len=32,
         norm="layernorm", norm_placement="pre", activation="relu", positions="sinusoidal", embed_scale=True,
@@ -33,11 +33,8 @@ def translation_model_config(vocab_size: int) -> Any:
 
 
 @torch.no_grad()
-def translate_pairs(model: nn.Module, data: Any, pairs: list, *, batch_size: int = 500) -> list[list[str]]:
+def translate_pairs(model: nn.Module, data: TranslationData, pairs: list, *, batch_size: int = 500) -> list[list[str]]:
     """Greedy translations (English token lists) of the Chinese side of ``pairs``."""
-    from companion.data import encode_batch
-    from companion.generation import translate
-
     out: list[list[str]] = []
     for i in range(0, len(pairs), batch_size):
         src, _ = encode_batch(pairs[i : i + batch_size], data.src_vocab, data.tgt_vocab)
@@ -46,10 +43,8 @@ def translate_pairs(model: nn.Module, data: Any, pairs: list, *, batch_size: int
     return out
 
 
-def translation_accuracy(model: nn.Module, data: Any, split: str = "test") -> float:
+def translation_accuracy(model: nn.Module, data: TranslationData, split: str = "test") -> float:
     """Exact-match rate of greedy translations on ``data.<split>`` (every English word must be right)."""
-    from companion._checks import check_choice
-
     check_choice("split", split, ("train", "val", "test"))
     pairs = getattr(data, split)
     hyps = translate_pairs(model, data, pairs)
@@ -57,7 +52,7 @@ def translation_accuracy(model: nn.Module, data: Any, split: str = "test") -> fl
 
 
 def train_translation(
-    data: Any = None,
+    data: TranslationData | None = None,
     *,
     steps: int = 600,
     batch_size: int = 64,
@@ -87,11 +82,8 @@ def train_translation(
 
 
 def _train_translation(
-    data: Any, steps: int, batch_size: int, lr: float, seed: int, eval_every: int, progress: bool
+    data: TranslationData | None, steps: int, batch_size: int, lr: float, seed: int, eval_every: int, progress: bool
 ) -> tuple[nn.Module, list[dict[str, float]]]:
-    from companion.data import encode_batch, toy_translation
-    from companion.models import Transformer
-
     data = data if data is not None else toy_translation(seed)
     torch.manual_seed(seed)
     model = Transformer(translation_model_config(len(data.tgt_vocab)))

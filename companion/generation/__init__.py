@@ -1,0 +1,24 @@
+"""Generation: from logits to text (chapter 9), one module per step of the story.
+
+- :mod:`companion.generation.sampling` -- choosing one token from logits: ``apply_temperature``,
+  ``top_k_filter``, ``top_p_filter`` (Holtzman et al. 2020), ``pick_next``.
+- :mod:`companion.generation.decoding` -- the loop: the :class:`Decodable` protocol (what a model must offer),
+  ``generate`` (greedy or sampled, with or without a KV cache), ``beam_search``, ``eval_mode``.
+- :mod:`companion.generation.adapters` -- what makes other models decodable: ``ConditionedDecoder`` (an
+  encoder–decoder with its source fixed), ``FunctionModel`` (a logits function), ``BigramModel`` (a table).
+- :mod:`companion.generation.translate` -- ``translate``: encode once, decode greedily (chapters 8 and 9).
+
+Each module imports only the ones listed above it. Import from here: ``from companion.generation import
+generate, translate``.
+"""
+
+from companion.generation.adapters import BigramModel, ConditionedDecoder, DecodingConfig, FunctionModel, TokenHistory
+from companion.generation.decoding import Decodable, beam_search, eval_mode, generate
+from companion.generation.sampling import apply_temperature, pick_next, top_k_filter, top_p_filter
+from companion.generation.translate import translate
+
+__all__ = [
+    "BigramModel", "ConditionedDecoder", "Decodable", "DecodingConfig", "FunctionModel", "TokenHistory",
+    "apply_temperature", "beam_search", "eval_mode", "generate", "pick_next", "top_k_filter", "top_p_filter",
+    "translate",
+]  # fmt: skip

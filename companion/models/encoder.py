@@ -1,0 +1,106 @@
+"""``Encoder``: the encoder-only model of BERT (Devlin et al. 2019), with its masked-language-model head.
+
+Bidirectional self-attention layers, then the MLM head (dense -> activation -> norm -> output projection tied
+to the token table, plus an output bias, as in BERT); ``mask_tokens`` is BERT's 80/10/10 corruption recipe.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from companion._checks import check_positive_int, check_probability, check_token_id, check_token_ids
+from companion.embeddings import tie_weights
+from companion.models.base import check_ids, final_norm
+from companion.models.blocks import Embeddings, EncoderLayer, attention_mask, config_norm, init_weights, make_rope
+from companion.models.config import ModelConfig
+
+__all__ = ["Encoder", "mask_tokens"]
+
+
+class Encoder(nn.Module):
+    """BERT-style encoder: bidirectional self-attention layers and a masked-language-model head.
+
+    The MLM head is dense -> activation -> norm -> output projection (tied to the token table if
+    ``tie_embeddings``) plus an output bias, as in BERT.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed = Embeddings(config)
+        rope = make_rope(config)
+        self.layers = nn.ModuleList(EncoderLayer(config, rope) for _ in range(config.n_layers))
+        self.norm = final_norm(config)
+        self.mlm_dense = nn.Linear(config.d_model, config.d_model)
+        self.mlm_act = nn.GELU(approximate="tanh" if config.activation == "gelu_tanh" else "none")
+        self.mlm_norm = config_norm(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=True)
+        if config.tie_embeddings:
+            tie_weights(self.lm_head, self.embed.token)
+        init_weights(self, config.n_layers)
+
+    def hidden_states(self, ids: Tensor, padding_mask: Tensor | None = None) -> Tensor:
+        """Contextual vectors of every token. ``padding_mask`` (B, 1, 1, S), True = real token.
+
+        Shapes: ids (B, S) -> (B, S, D).
+        """
+        check_ids("ids", ids, 0, self.config.max_seq_len)
+        s = ids.size(1)
+        mask = attention_mask(self.config, s, s, causal=False, padding_mask=padding_mask, device=ids.device)
+        h = self.embed(ids)  # (B, S, D)
+        for layer in self.layers:
+            h = layer(h, mask)  # (B, S, D)
+        return self.norm(h) if self.norm is not None else h
+
+    def forward(self, ids: Tensor, padding_mask: Tensor | None = None) -> Tensor:
+        """MLM logits for every position. Shapes: ids (B, S) -> logits (B, S, V)."""
+        h = self.hidden_states(ids, padding_mask)  # (B, S, D)
+        return self.lm_head(self.mlm_norm(self.mlm_act(self.mlm_dense(h))))  # (B, S, V)
+
+    @staticmethod
+    def mask_tokens(
+        ids: Tensor,
+        mask_id: int,
+        vocab_size: int,
+        generator: torch.Generator | None = None,
+        prob: float = 0.15,
+        special_ids: tuple[int, ...] = (),
+    ) -> tuple[Tensor, Tensor]:
+        """See :func:`mask_tokens`."""
+        return mask_tokens(ids, mask_id, vocab_size, generator, prob, special_ids)
+
+
+def mask_tokens(
+    ids: Tensor,
+    mask_id: int,
+    vocab_size: int,
+    generator: torch.Generator | None = None,
+    prob: float = 0.15,
+    special_ids: tuple[int, ...] = (),
+) -> tuple[Tensor, Tensor]:
+    """BERT's masked-LM corruption (Devlin et al. 2019, §3.1): choose ``prob`` of the tokens to predict;
+    of those, 80 % become ``mask_id``, 10 % a random token, 10 % stay unchanged.
+
+    Tokens in ``special_ids`` (e.g. [CLS], [SEP], padding) are never chosen.
+
+    Returns:
+        (inputs, labels): the corrupted ids, and labels holding the original id where a token was
+        chosen and -100 elsewhere (``torch.nn.functional.cross_entropy``'s default ``ignore_index``).
+
+    Shapes: ids (B, S) -> inputs (B, S), labels (B, S).
+    """
+    check_token_ids("ids", ids, ndim=(1, 2))
+    check_probability("prob", prob, allow_zero=False, allow_one=False)
+    check_positive_int("vocab_size", vocab_size)
+    check_token_id("mask_id", mask_id, vocab_size)
+    u = torch.rand(ids.shape, generator=generator, device=ids.device)  # chooses the positions
+    chosen = u < prob
+    for special in special_ids:
+        chosen &= ids != special
+    action = torch.rand(ids.shape, generator=generator, device=ids.device)  # what happens to a chosen one
+    random_ids = torch.randint(vocab_size, ids.shape, generator=generator, device=ids.device)
+    inputs = torch.where(chosen & (action < 0.8), torch.full_like(ids, mask_id), ids)
+    inputs = torch.where(chosen & (action >= 0.8) & (action < 0.9), random_ids, inputs)
+    labels = torch.where(chosen, ids, torch.full_like(ids, -100))
+    return inputs, labels

@@ -1,0 +1,132 @@
+"""``GPT``: the decoder-only language model (Radford et al. 2018/2019; Llama, Mistral with the matching config).
+
+Embeddings, N masked self-attention layers, a final norm and the output head. It takes an optional KV cache
+(``new_kv_caches``) instead of having a "cached copy" of the model. ``from_pretrained`` / ``save_pretrained``
+read and write Hugging Face folders through :mod:`companion.models.hf.folder` (checkpoint names stay there);
+tests/test_hf_equivalence.py checks the logits against ``transformers``' GPT-2 and Llama.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from companion._checks import check_tensor
+from companion.attention import KVCache
+from companion.models.base import check_caches, check_ids, final_norm, lm_head
+from companion.models.blocks import DecoderLayer, Embeddings, attention_mask, causal_by_flag, init_weights, make_rope
+from companion.models.config import ModelConfig
+from companion.models.hf.common import load_into
+from companion.models.hf.folder import read_folder, write_folder
+
+__all__ = ["GPT"]
+
+
+class GPT(nn.Module):
+    """Decoder-only language model: embeddings, N masked self-attention layers, final norm, output head.
+
+    ``ModelConfig.gpt2_small()`` is GPT-2 small, ``ModelConfig.llama(...)`` a Llama; one class for both.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed = Embeddings(config)
+        rope = make_rope(config)  # one table, shared by every layer
+        self.layers = nn.ModuleList(DecoderLayer(config, rope, cross_attention=False) for _ in range(config.n_layers))
+        self.norm = final_norm(config)
+        self.lm_head = lm_head(config, self.embed)
+        init_weights(self, config.n_layers)
+
+    def new_kv_caches(self) -> list[KVCache]:
+        """One empty ``KVCache`` per layer, to pass to ``forward`` step after step."""
+        return [KVCache(self.config.max_seq_len) for _ in self.layers]
+
+    @classmethod
+    def from_pretrained(cls, folder: str | Path) -> GPT:
+        """A GPT (eval mode, float32) from a local Hugging Face folder (``model_type`` in
+        ``companion.models.hf.folder.FAMILIES``: GPT-2, Llama). ``model.tokenizer`` is the folder's
+        ``tokenizer.json`` as a ``tokenizers.Tokenizer`` (``None`` if absent).
+
+        Raises:
+            FileNotFoundError: no folder, no ``config.json``, or no weights file.
+            ValueError: an unsupported ``model_type`` or feature, or weights that do not fit the config.
+        """
+        config, state, tokenizer = read_folder(folder)
+        model = load_into(cls(config), state, str(Path(folder) / "config.json"))
+        model.tokenizer = tokenizer
+        return model.eval()
+
+    def save_pretrained(self, folder: str | Path, *, safe_serialization: bool = True, tokenizer: object = None) -> None:
+        """Write a folder that ``transformers.AutoModelForCausalLM.from_pretrained`` loads with the same logits:
+        ``config.json`` and ``model.safetensors`` (``pytorch_model.bin`` with ``safe_serialization=False``), plus
+        ``tokenizer.json`` when ``tokenizer`` (a ``tokenizers.Tokenizer``) is given or the model came with one.
+
+        Raises ``ValueError``, before writing anything, for a config no Hugging Face family fits.
+        """
+        tokenizer = tokenizer if tokenizer is not None else getattr(self, "tokenizer", None)
+        write_folder(self.config, self.state_dict(), folder, safe_serialization=safe_serialization, tokenizer=tokenizer)
+
+    def forward(
+        self,
+        ids: Tensor,
+        kv_caches: list[KVCache] | None = None,
+        padding_mask: Tensor | None = None,
+        *,
+        position_ids: Tensor | None = None,
+    ) -> Tensor:
+        """Next-token logits for every position.
+
+        With ``kv_caches`` (from ``new_kv_caches``) ``ids`` are the *new* tokens only: they sit at
+        positions ``cache.length ..`` and attend to the cached keys/values as well as to each other.
+        ``padding_mask`` (B, 1, 1, S), True = real token, hides padding keys (S counts cached positions).
+        ``position_ids`` (B, T), optional, gives each token's absolute position instead of
+        ``cache.length + t`` (left-padded batches: ``padding.cumsum(-1) - 1``); learned or sinusoidal
+        positions only, since RoPE and ALiBi see only offsets, which left padding does not change.
+
+        Shapes: ids (B, T) -> logits (B, T, V).
+        """
+        offset = check_caches(kv_caches, len(self.layers), KVCache)
+        check_ids("ids", ids, offset, self.config.max_seq_len)
+        t = ids.size(1)
+        # Plain causal attention goes by is_causal (no (T, S) mask to build); the mask keeps the rest.
+        is_causal = causal_by_flag(self.config, offset + t)
+        mask = attention_mask(self.config, t, offset + t, causal=not is_causal, padding_mask=padding_mask,
+                              device=ids.device)  # fmt: skip
+        x = self.embed(ids, offset) if position_ids is None else self._embed_at(ids, position_ids)  # (B, T, D)
+        for i, layer in enumerate(self.layers):
+            cache = None if kv_caches is None else kv_caches[i]
+            x = layer(x, mask=mask, cache=cache, is_causal=is_causal)  # (B, T, D)
+        if self.norm is not None:
+            x = self.norm(x)
+        return self.lm_head(x)  # (B, T, V)
+
+    def _embed_at(self, ids: Tensor, position_ids: Tensor) -> Tensor:
+        """Token vectors plus the absolute positions ``position_ids`` (B, T). Shapes: -> (B, T, D)."""
+        if self.config.positions not in ("learned", "sinusoidal"):
+            raise ValueError(
+                f"position_ids is supported with positions='learned' or 'sinusoidal', not "
+                f"positions={self.config.positions!r} (RoPE and ALiBi depend only on offsets)"
+            )
+        check_tensor("position_ids", position_ids, ndim=2)
+        if position_ids.shape != ids.shape or position_ids.is_floating_point() or position_ids.dtype == torch.bool:
+            raise ValueError(
+                f"position_ids has shape {tuple(position_ids.shape)} and dtype {position_ids.dtype}; "
+                f"expected integer ids of the shape of ids, {tuple(ids.shape)}"
+            )
+        if int(position_ids.min()) < 0 or int(position_ids.max()) >= self.config.max_seq_len:
+            raise ValueError(
+                f"position_ids range over {int(position_ids.min())}..{int(position_ids.max())}; "
+                f"expected 0 <= position < max_seq_len={self.config.max_seq_len}"
+            )
+        embed = self.embed
+        x = embed.token(ids)  # (B, T, D)
+        if embed.position is not None:
+            x = x + embed.position(position_ids)  # (B, T, D)
+        else:
+            x = x + embed.sinusoid[position_ids].to(x.dtype)  # (B, T, D)
+        if embed.norm is not None:
+            x = embed.norm(x)
+        return embed.dropout(x)
