@@ -22,6 +22,7 @@ from companion.data.markov import MarkovSource, markov_source
 from companion.data.text import (
     TOKENIZER_FILES,
     VAL_FRACTION,
+    HFTokenizer,
     TokenData,
     Tokenizer,
     load_tokenizer,
@@ -51,6 +52,6 @@ from companion.data.translation import (
 __all__ = [
     "PAD", "BOS", "EOS", "UNK", "SPECIALS", "Pair", "MAX_SENTENCES", "Vocab", "TranslationData", "toy_translation",
     "translation_lexicon", "detokenize", "encode_batch", "char_corpus", "MarkovSource", "markov_source",
-    "TOKENIZER_FILES", "VAL_FRACTION", "TokenData", "Tokenizer", "load_tokenizer", "read_text_file", "save_tokenizer",
-    "text_sha256", "token_dtype", "train_tokenizer", "write_token_file",
+    "TOKENIZER_FILES", "VAL_FRACTION", "HFTokenizer", "TokenData", "Tokenizer", "load_tokenizer", "read_text_file",
+    "save_tokenizer", "text_sha256", "token_dtype", "train_tokenizer", "write_token_file",
 ]
