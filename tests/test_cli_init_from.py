@@ -96,7 +96,7 @@ def test_lora_trains_adapters_only_and_the_finished_run_holds_merged_weights(
     # 2 · (16 + 64) = 160 each; 4 · 64 + 2 · 160 = 576
     assert "LoRA rank 2 on down_proj, k_proj, o_proj, q_proj, up_proj, v_proj (576 trainable parameters)" in printed
     checkpoint = read_run_checkpoint(out / CHECKPOINT)
-    assert checkpoint["lora"] == {"r": 2, "alpha": 2.0, "targets": ["down_proj", "k_proj", "o_proj", "q_proj",
+    assert checkpoint["lora"] == {"r": 2, "alpha": 4.0, "targets": ["down_proj", "k_proj", "o_proj", "q_proj",
                                                                       "up_proj", "v_proj"], "merged": True}
     before, after = load_run(source).model.state_dict(), checkpoint["model"]
     assert set(after) == set(before)  # a plain GPT again

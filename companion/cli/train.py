@@ -192,7 +192,7 @@ def _model_and_optimizer(
         model.load_state_dict(read_source(args["init_from"]).state)
     lora = None
     if args["lora"]:
-        lora = {"r": args["lora"], "alpha": float(args["lora"]), "targets": lora_targets(model), "merged": False}
+        lora = {"r": args["lora"], "alpha": 2.0 * args["lora"], "targets": lora_targets(model), "merged": False}
         apply_lora(model, lora["r"], lora["alpha"], targets=lora["targets"])
     model = model.to(device)
     train_config = TrainConfig(

@@ -96,7 +96,7 @@ def parser() -> ArgumentParser:
                    "companion-train run folder, or a Hugging Face model folder (GPT-2, Llama) with a tokenizer.json; "
                    "the tokenizer and model flags then come from SOURCE")
     g.add_argument("--lora", type=_positive_int, metavar="R", help="with --init-from: train rank-R LoRA adapters "
-                   "(alpha = R) on every attention and FFN projection instead of all weights; the last checkpoint "
+                   "(alpha = 2R) on every attention and FFN projection instead of all weights; the last checkpoint "
                    "holds the merged weights")
     g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show a progress bar (default: only when stderr is a terminal)")
