@@ -1,4 +1,4 @@
-"""``companion-train --init-from SOURCE``: what a fine-tuning run starts from (chapter 13).
+"""``companion-train --init-from SOURCE [--lora R]``: what a fine-tuning run starts from (chapter 13).
 
 SOURCE is either a run folder of ``companion-train`` (its ``checkpoint.pt`` and tokenizer) or a Hugging Face
 model folder that ``GPT.from_pretrained`` reads (GPT-2 or Llama ``config.json``, weights, and a
@@ -22,12 +22,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
 from companion.cli.run_folder import CHECKPOINT, load_run
 from companion.data import HFTokenizer, Tokenizer
 from companion.models import GPT, ModelConfig
 
-__all__ = ["Source", "read_source", "encode_text"]
+__all__ = ["Source", "read_source", "encode_text", "lora_targets"]
 
 
 @dataclass
@@ -89,3 +90,10 @@ def encode_text(source: Source, text: str, name: str) -> np.ndarray:
         raise ValueError(f"{where} gives id {int(ids.max())}, but the model has only {source.config.vocab_size} "
                          "embedding rows")
     return ids
+
+
+def lora_targets(model: GPT) -> list[str]:
+    """What ``--lora R`` adapts: every projection inside the layers (attention q/k/v/o, FFN up/down/gate).
+    QLoRA's finding (Dettmers et al. 2023) is that adapting all of them, not only q and v, is what matches full
+    fine-tuning."""
+    return sorted({name.rsplit(".", 1)[-1] for name, m in model.layers.named_modules() if isinstance(m, nn.Linear)})

@@ -60,7 +60,7 @@ from torch import Tensor, nn
 
 from companion._files import atomic_write_text
 from companion.cli import EXIT_INTERRUPTED, EXIT_OK, UsageError, run_main
-from companion.cli.init_from import encode_text, read_source
+from companion.cli.init_from import encode_text, lora_targets, read_source
 from companion.cli.run_folder import (
     CHECKPOINT,
     LOG,
@@ -78,6 +78,7 @@ from companion.data import (
     read_text_file,
     save_tokenizer,
     text_sha256,
+    tokenizer_kind,
     train_tokenizer,
     write_token_file,
 )
@@ -136,8 +137,7 @@ def _prepare(given: argparse.Namespace, out: Path) -> tuple[dict[str, Any], dict
         raise UsageError("TEXT_FILE is missing; a new run needs a text file to train on")
     if given.init_from is not None:
         source = read_source(given.init_from)
-        kind = {"CharTokenizer": "char", "BPETokenizer": "bpe", "HFTokenizer": "hf"}[type(source.tokenizer).__name__]
-        args = init_from_args(given, source.config, kind, source.seq_len)
+        args = init_from_args(given, source.config, tokenizer_kind(source.tokenizer), source.seq_len)
         text = read_text_file(given.text_file)
         tokenizer = source.tokenizer
         ids = encode_text(source, text, given.text_file)
@@ -171,12 +171,6 @@ def _evaluate(model: nn.Module, batches: list[Tensor], device: torch.device) -> 
             count += batch.size(0)
     model.train(was_training)
     return total / count
-
-
-def lora_targets(model: GPT) -> list[str]:
-    """Every projection inside the layers (attention q/k/v/o, FFN up/down/gate): QLoRA's finding (Dettmers et
-    al. 2023) is that adapting all of them, not only q and v, is what matches full fine-tuning."""
-    return sorted({name.rsplit(".", 1)[-1] for name, m in model.layers.named_modules() if isinstance(m, nn.Linear)})
 
 
 def _model_and_optimizer(

@@ -47,6 +47,7 @@ from companion.data.text import (
     save_tokenizer,
     text_sha256,
     token_dtype,
+    tokenizer_kind,
     train_tokenizer,
     write_token_file,
 )
@@ -70,8 +71,8 @@ __all__ = [
     "PAD", "BOS", "EOS", "UNK", "SPECIALS", "Pair", "MAX_SENTENCES", "Vocab", "TranslationData", "toy_translation",
     "translation_lexicon", "detokenize", "encode_batch", "char_corpus", "MarkovSource", "markov_source",
     "TOKENIZER_FILES", "VAL_FRACTION", "HFTokenizer", "TokenData", "Tokenizer", "load_tokenizer", "read_text_file",
-    "save_tokenizer", "text_sha256", "token_dtype", "train_tokenizer", "write_token_file", "GLOSSARY_FAMILIES",
-    "GlossaryTerm", "Instruction", "SelfCheckQuestion", "first_sentence", "glossary_instructions", "glossary_terms",
-    "self_check_instructions", "self_check_questions", "split_by_key", "swap_adjacent_words",
-    "translation_instructions",
+    "save_tokenizer", "text_sha256", "token_dtype", "tokenizer_kind", "train_tokenizer", "write_token_file",
+    "GLOSSARY_FAMILIES", "GlossaryTerm", "Instruction", "SelfCheckQuestion", "first_sentence",
+    "glossary_instructions", "glossary_terms", "self_check_instructions", "self_check_questions", "split_by_key",
+    "swap_adjacent_words", "translation_instructions",
 ]

@@ -43,7 +43,7 @@ from companion.tokens import BPETokenizer, CharTokenizer
 
 __all__ = [
     "TOKENIZER_FILES", "Tokenizer", "HFTokenizer", "TokenData", "read_text_file", "text_sha256", "train_tokenizer",
-    "save_tokenizer", "load_tokenizer", "write_token_file", "token_dtype", "VAL_FRACTION",
+    "save_tokenizer", "load_tokenizer", "tokenizer_kind", "write_token_file", "token_dtype", "VAL_FRACTION",
 ]  # fmt: skip
 
 TOKENIZER_FILES = {"char": "tokenizer.char.json", "bpe": "tokenizer.bpe", "hf": "tokenizer.json"}  # kind -> file
@@ -134,24 +134,28 @@ def train_tokenizer(text: str, kind: str = "bpe", vocab_size: int = 512) -> Toke
     return tok
 
 
+def tokenizer_kind(tok: Tokenizer) -> str:
+    """The kind of ``tok`` as run folders name it: "char", "bpe" or "hf" (``TypeError`` for anything else)."""
+    for kind, cls in (("char", CharTokenizer), ("bpe", BPETokenizer), ("hf", HFTokenizer)):
+        if isinstance(tok, cls):
+            return kind
+    raise TypeError(f"tok must be a CharTokenizer, a BPETokenizer or an HFTokenizer, got {type(tok).__name__}")
+
+
 def save_tokenizer(tok: Tokenizer, folder: str | Path) -> dict[str, str]:
     """Write ``tok`` into ``folder`` (atomically); return its reference ``{"kind", "file", "sha256"}``.
 
     The reference goes into checkpoints: ``load_tokenizer`` refuses a file whose content has changed since.
     """
     folder = Path(folder)
-    if isinstance(tok, CharTokenizer):
-        kind = "char"
+    kind = tokenizer_kind(tok)
+    if kind == "char":
         atomic_write_text(folder / TOKENIZER_FILES[kind], json.dumps({"format": _CHAR_FORMAT, "tokens": tok.itos}))
-    elif isinstance(tok, BPETokenizer):
-        kind = "bpe"
+    elif kind == "bpe":
         with atomic_write(folder / TOKENIZER_FILES[kind]) as tmp:
             tok.save(tmp)
-    elif isinstance(tok, HFTokenizer):
-        kind = "hf"
-        atomic_write_text(folder / TOKENIZER_FILES[kind], tok.to_str())
     else:
-        raise TypeError(f"tok must be a CharTokenizer, a BPETokenizer or an HFTokenizer, got {type(tok).__name__}")
+        atomic_write_text(folder / TOKENIZER_FILES[kind], tok.to_str())
     digest = hashlib.sha256((folder / TOKENIZER_FILES[kind]).read_bytes()).hexdigest()
     return {"kind": kind, "file": TOKENIZER_FILES[kind], "sha256": digest}
 
