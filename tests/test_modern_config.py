@@ -41,7 +41,8 @@ def test_mixtral_8x7b_is_46_7b_with_12_9b_active() -> None:
 
 def test_qwen3_preset_is_qwen3_0_6b() -> None:
     config = ModelConfig.qwen3()
-    hf = transformers.Qwen3Config(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+    hf = transformers.Qwen3Config(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                                  num_attention_heads=16,
                                   num_key_value_heads=8, head_dim=128, tie_word_embeddings=True)  # fmt: skip
     assert count_parameters(config) == hf_count(hf, "Qwen3ForCausalLM") == 596_049_920
     assert config.head_dim == 128 != config.d_model // config.n_heads

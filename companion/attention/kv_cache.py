@@ -107,22 +107,10 @@ class KVCache:
         Shapes:
             k, v: (B, H_kv, T, D_h) -> (k_all, v_all): (B, H_kv, S + T, D_h)
         """
-        check_tensor("k", k, ndim=4)
-        check_tensor("v", v, ndim=4)
-        check_same_dtype_device(k=k, v=v)
-        if k.shape[:-1] != v.shape[:-1]:
-            raise ValueError(f"k is {tuple(k.shape)} but v has {tuple(v.shape)}; expected equal (B, H_kv, T)")
+        self._check_new(k, v)
         old, new = self._length, self._length + k.shape[-2]
         if self.max_length is not None and new > self.max_length:
             raise ValueError(f"the cache would hold {new} positions; expected at most max_length={self.max_length}")
-        if self._k is not None and self._v is not None:
-            same_heads = k.shape[:2] == self._k.shape[:2] and k.shape[-1] == self._k.shape[-1]
-            if not same_heads or v.shape[-1] != self._v.shape[-1]:
-                raise ValueError(
-                    f"new k {tuple(k.shape)} does not match the cached k {tuple(self._k.shape[:2])} + "
-                    f"(·, {self._k.shape[-1]}); expected the same (B, H_kv, ·, D_h) (call reset() for a new batch)"
-                )
-            check_same_dtype_device(cached_k=self._k, k=k)
         if k.requires_grad or v.requires_grad or (self._k is not None and self._k.requires_grad):
             # under autograd, concatenate: an in-place write could change a tensor that backward still needs
             self._k = k if self._k is None else torch.cat([self.k, k], dim=-2)  # (B, H_kv, S + T, D_h)
@@ -136,6 +124,22 @@ class KVCache:
             self._v[:, :, old:new] = v
         self._length = new
         return self.k, self.v  # type: ignore[return-value]
+
+    def _check_new(self, k: Tensor, v: Tensor) -> None:
+        """New keys and values fit each other and what is cached: same (B, H_kv, ·, D_h), dtype and device."""
+        check_tensor("k", k, ndim=4)
+        check_tensor("v", v, ndim=4)
+        check_same_dtype_device(k=k, v=v)
+        if k.shape[:-1] != v.shape[:-1]:
+            raise ValueError(f"k is {tuple(k.shape)} but v has {tuple(v.shape)}; expected equal (B, H_kv, T)")
+        if self._k is not None and self._v is not None:
+            same_heads = k.shape[:2] == self._k.shape[:2] and k.shape[-1] == self._k.shape[-1]
+            if not same_heads or v.shape[-1] != self._v.shape[-1]:
+                raise ValueError(
+                    f"new k {tuple(k.shape)} does not match the cached k {tuple(self._k.shape[:2])} + "
+                    f"(·, {self._k.shape[-1]}); expected the same (B, H_kv, ·, D_h) (call reset() for a new batch)"
+                )
+            check_same_dtype_device(cached_k=self._k, k=k)
 
     def _room(self, needed: int, current: int) -> int:
         room = max(needed, 2 * current)
@@ -234,18 +238,8 @@ class RollingKVCache(KVCache):
         Shapes:
             k, v: (B, H_kv, T, D_h) -> (k_all, v_all): (B, H_kv, size + T, D_h)
         """
-        check_tensor("k", k, ndim=4)
-        check_tensor("v", v, ndim=4)
-        check_same_dtype_device(k=k, v=v)
-        if k.shape[:-1] != v.shape[:-1]:
-            raise ValueError(f"k is {tuple(k.shape)} but v has {tuple(v.shape)}; expected equal (B, H_kv, T)")
+        self._check_new(k, v)
         if self._k is not None and self._v is not None:
-            if k.shape[:2] != self._k.shape[:2] or k.shape[-1] != self._k.shape[-1] or v.shape[-1] != self._v.shape[-1]:
-                raise ValueError(
-                    f"new k {tuple(k.shape)} does not match the cached k {tuple(self._k.shape)}; expected the same "
-                    "(B, H_kv, ·, D_h) (call reset() for a new batch)"
-                )
-            check_same_dtype_device(cached_k=self._k, k=k)
             k_all = torch.cat([self._k, k], dim=-2)  # (B, H_kv, size + T, D_h)
             v_all = torch.cat([self._v, v], dim=-2)  # (B, H_kv, size + T, D_v)
         else:

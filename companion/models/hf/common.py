@@ -17,8 +17,9 @@ from torch import Tensor, nn
 from companion.models.config import ModelConfig
 
 __all__ = [
-    "Weights", "check_depth", "count_layers", "expert_weights", "load_into", "modern_differences", "need",
-    "outer_from_companion", "outer_to_companion", "plain_rope_theta", "strip_prefix",
+    "LLAMA_SHAPE", "Weights", "check_depth", "count_layers", "differences", "expert_weights", "load_into",
+    "modern_differences", "need", "outer_from_companion", "outer_to_companion", "plain_rope_theta", "rename_layers",
+    "strip_prefix",
 ]  # fmt: skip
 
 # Chapter 14's features at the values that turn them off; a family that lacks one refuses a config using it.
@@ -41,6 +42,33 @@ def plain_rope_theta(cfg: Mapping[str, Any], source: str) -> float:
         kind = scaling.get("rope_type", scaling.get("type"))
         raise ValueError(f"{source}: rope scaling {kind!r} is not supported for this family; expected none")
     return float(cfg.get("rope_theta", rope.get("rope_theta", 10000.0)))
+
+
+# The fields every Llama-like family (Llama, Mixtral, Qwen3, DeepSeek-V3) has at one value: field -> allowed values.
+LLAMA_SHAPE = {"norm_placement": ("pre",), "final_norm": (True,), "embed_norm": (False,), "embed_scale": (False,),
+               "positions": ("rope",), "norm": ("rmsnorm",), "bias": (False,), "activation": ("swiglu",),
+               "rope_scaling": (None,)}  # fmt: skip
+
+
+def differences(c: ModelConfig, wanted: Mapping[str, tuple[Any, ...]]) -> list[str]:
+    """``field=value`` for each field of ``c`` whose value is not among the ``wanted`` ones."""
+    return [f"{k}={getattr(c, k)!r}" for k, v in wanted.items() if getattr(c, k) not in v]
+
+
+def rename_layers(
+    sd: Mapping[str, Tensor], names: Mapping[str, str], n_layers: int, *, to_ours: bool
+) -> dict[str, Tensor]:
+    """Every layer's ``.weight`` tensors renamed between ours (``layers.{i}.<mine>``) and a Llama-like checkpoint's
+    (``model.layers.{i}.<theirs>``), in the direction ``to_ours`` says; ``names`` maps mine -> theirs."""
+    out = {}
+    for i in range(n_layers):
+        for mine, theirs in names.items():
+            ours_key, their_key = f"layers.{i}.{mine}.weight", f"model.layers.{i}.{theirs}.weight"
+            if to_ours:
+                out[ours_key] = sd[their_key]
+            else:
+                out[their_key] = sd[ours_key]
+    return out
 
 
 def modern_differences(c: ModelConfig, allowed: tuple[str, ...] = ()) -> list[str]:

@@ -28,9 +28,12 @@ from typing import Any
 from torch import Tensor
 
 from companion.models.config import ModelConfig
+from companion.models.hf import llama
 from companion.models.hf.common import (
+    LLAMA_SHAPE,
     Weights,
     check_depth,
+    differences,
     expert_weights,
     modern_differences,
     need,
@@ -45,7 +48,7 @@ SOURCE = "DeepSeek-V3"
 ATTENTION = {  # ours -> theirs, inside layers.{i} / model.layers.{i}; the q names depend on q_lora_rank
     "self_attn.kv_down_proj": "self_attn.kv_a_proj_with_mqa", "self_attn.kv_norm": "self_attn.kv_a_layernorm",
     "self_attn.kv_up_proj": "self_attn.kv_b_proj", "self_attn.o_proj": "self_attn.o_proj",
-    "self_attn_block.norm": "input_layernorm", "ffn_block.norm": "post_attention_layernorm",
+    **{mine: theirs for mine, theirs in llama.NAMES.items() if mine.endswith("block.norm")},  # Llama's two norms
 }  # fmt: skip
 LOW_RANK_Q = {"self_attn.q_down_proj": "self_attn.q_a_proj", "self_attn.q_norm": "self_attn.q_a_layernorm",
               "self_attn.q_up_proj": "self_attn.q_b_proj"}  # fmt: skip
@@ -100,11 +103,8 @@ def config_to_hf(c: ModelConfig) -> dict[str, Any]:
 
 def shape_differences(c: ModelConfig) -> list[str]:
     """The fields in which ``c`` differs from a DeepSeek-V3-shaped model (empty: it can be saved as one)."""
-    wanted = {"norm_placement": ("pre",), "final_norm": (True,), "embed_norm": (False,), "embed_scale": (False,),
-              "sliding_window": (None,), "positions": ("rope",), "norm": ("rmsnorm",), "bias": (False,),
-              "activation": ("swiglu",), "rope_scaling": (None,), "router": ("sigmoid",),
-              "n_kv_heads": (c.n_heads,)}  # fmt: skip
-    off = [f"{k}={getattr(c, k)!r}" for k, v in wanted.items() if getattr(c, k) not in v]
+    wanted = {**LLAMA_SHAPE, "sliding_window": (None,), "router": ("sigmoid",), "n_kv_heads": (c.n_heads,)}
+    off = differences(c, wanted)
     off += [f"{k}=None" for k in ("kv_rank",) if c.kv_rank is None] + (["n_experts=0"] if c.n_experts == 0 else [])
     return off + modern_differences(c, allowed=("n_experts", "kv_rank"))
 

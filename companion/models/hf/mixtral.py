@@ -19,25 +19,25 @@ from typing import Any
 from torch import Tensor
 
 from companion.models.config import ModelConfig
+from companion.models.hf import llama
 from companion.models.hf.common import (
+    LLAMA_SHAPE,
     Weights,
     check_depth,
+    differences,
     expert_weights,
     modern_differences,
     need,
     outer_from_companion,
     outer_to_companion,
     plain_rope_theta,
+    rename_layers,
 )
 
 __all__ = ["config_from_hf", "config_to_hf", "from_companion", "shape_differences", "to_companion"]
 
 SOURCE = "Mixtral"
-ATTENTION = {  # ours -> theirs, inside layers.{i} / model.layers.{i}
-    "self_attn.q_proj": "self_attn.q_proj", "self_attn.k_proj": "self_attn.k_proj",
-    "self_attn.v_proj": "self_attn.v_proj", "self_attn.o_proj": "self_attn.o_proj",
-    "self_attn_block.norm": "input_layernorm", "ffn_block.norm": "post_attention_layernorm",
-}  # fmt: skip
+ATTENTION = {mine: theirs for mine, theirs in llama.NAMES.items() if not mine.startswith("ffn.")}  # Llama's, no FFN
 EXPERT = ("w1", "w3", "w2")  # the checkpoint's names of (gate_proj, up_proj, down_proj)
 
 
@@ -76,12 +76,10 @@ def config_to_hf(c: ModelConfig) -> dict[str, Any]:
 
 def shape_differences(c: ModelConfig) -> list[str]:
     """The fields in which ``c`` differs from a Mixtral-shaped model (empty: it can be saved as Mixtral)."""
-    wanted = {"norm_placement": ("pre",), "final_norm": (True,), "embed_norm": (False,), "embed_scale": (False,),
-              "positions": ("rope",), "rope_pairing": ("half",), "norm": ("rmsnorm",), "bias": (False,),
-              "activation": ("swiglu",), "rope_scaling": (None,), "n_shared_experts": (0,), "n_dense_layers": (0,),
+    wanted = {**LLAMA_SHAPE, "rope_pairing": ("half",), "n_shared_experts": (0,), "n_dense_layers": (0,),
               "router": ("softmax",), "router_normalize": (True,), "router_scale": (1.0,), "router_groups": (1,),
               "d_expert": (c.d_ff,)}  # fmt: skip
-    off = [f"{k}={getattr(c, k)!r}" for k, v in wanted.items() if getattr(c, k) not in v]
+    off = differences(c, wanted)
     if c.n_experts == 0:
         off.append("n_experts=0")
     return off + modern_differences(c, allowed=("n_experts", "d_head"))
@@ -91,10 +89,8 @@ def to_companion(sd: Mapping[str, Tensor], config: ModelConfig) -> dict[str, Ten
     """A ``MixtralForCausalLM`` state dict (on-disk or transformers 5 in-memory names) under ``GPT``'s names."""
     sd = Weights(sd, SOURCE)
     check_depth(sd, r"model\.layers\.(\d+)\.", config, SOURCE)
-    ours = outer_to_companion(sd, config)
+    ours = outer_to_companion(sd, config) | rename_layers(sd, ATTENTION, config.n_layers, to_ours=True)
     for i in range(config.n_layers):
-        for mine, theirs in ATTENTION.items():
-            ours[f"layers.{i}.{mine}.weight"] = sd[f"model.layers.{i}.{theirs}.weight"]
         moe = f"model.layers.{i}.block_sparse_moe."
         moe = moe if moe + "gate.weight" in sd else f"model.layers.{i}.mlp."  # on disk / transformers 5 in memory
         ours[f"layers.{i}.ffn.router.weight"] = sd[moe + "gate.weight"]
@@ -106,10 +102,8 @@ def to_companion(sd: Mapping[str, Tensor], config: ModelConfig) -> dict[str, Ten
 
 def from_companion(sd: Mapping[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
     """Our weights under the names of a Mixtral checkpoint on disk (``block_sparse_moe.experts.{j}.w1`` ...)."""
-    out = outer_from_companion(sd, c)
+    out = outer_from_companion(sd, c) | rename_layers(sd, ATTENTION, c.n_layers, to_ours=False)
     for i in range(c.n_layers):
-        for mine, theirs in ATTENTION.items():
-            out[f"model.layers.{i}.{theirs}.weight"] = sd[f"layers.{i}.{mine}.weight"]
         moe = f"model.layers.{i}.block_sparse_moe."
         out[moe + "gate.weight"] = sd[f"layers.{i}.ffn.router.weight"]
         for j in range(c.n_experts):

@@ -17,26 +17,24 @@ from typing import Any
 from torch import Tensor
 
 from companion.models.config import ModelConfig
+from companion.models.hf import llama
 from companion.models.hf.common import (
+    LLAMA_SHAPE,
     Weights,
     check_depth,
+    differences,
     modern_differences,
     need,
     outer_from_companion,
     outer_to_companion,
     plain_rope_theta,
+    rename_layers,
 )
 
 __all__ = ["config_from_hf", "config_to_hf", "from_companion", "shape_differences", "to_companion"]
 
 SOURCE = "Qwen3"
-NAMES = {  # ours -> theirs, inside layers.{i} / model.layers.{i}
-    "self_attn.q_proj": "self_attn.q_proj", "self_attn.k_proj": "self_attn.k_proj",
-    "self_attn.v_proj": "self_attn.v_proj", "self_attn.o_proj": "self_attn.o_proj",
-    "self_attn.q_norm": "self_attn.q_norm", "self_attn.k_norm": "self_attn.k_norm",
-    "ffn.gate_proj": "mlp.gate_proj", "ffn.up_proj": "mlp.up_proj", "ffn.down_proj": "mlp.down_proj",
-    "self_attn_block.norm": "input_layernorm", "ffn_block.norm": "post_attention_layernorm",
-}  # fmt: skip
+NAMES = {**llama.NAMES, "self_attn.q_norm": "self_attn.q_norm", "self_attn.k_norm": "self_attn.k_norm"}  # + QK-norm
 
 
 def config_from_hf(cfg: Mapping[str, Any], source: str = "config.json") -> ModelConfig:
@@ -75,28 +73,17 @@ def config_to_hf(c: ModelConfig) -> dict[str, Any]:
 
 def shape_differences(c: ModelConfig) -> list[str]:
     """The fields in which ``c`` differs from a Qwen3-shaped model (empty: it can be saved as Qwen3)."""
-    wanted = {"norm_placement": ("pre",), "final_norm": (True,), "embed_norm": (False,), "embed_scale": (False,),
-              "sliding_window": (None,), "positions": ("rope",), "rope_pairing": ("half",), "norm": ("rmsnorm",),
-              "bias": (False,), "activation": ("swiglu",), "rope_scaling": (None,), "qk_norm": (True,)}  # fmt: skip
-    off = [f"{k}={getattr(c, k)!r}" for k, v in wanted.items() if getattr(c, k) not in v]
-    return off + modern_differences(c, allowed=("qk_norm", "d_head"))
+    wanted = {**LLAMA_SHAPE, "sliding_window": (None,), "rope_pairing": ("half",), "qk_norm": (True,)}
+    return differences(c, wanted) + modern_differences(c, allowed=("qk_norm", "d_head"))
 
 
 def to_companion(sd: Mapping[str, Tensor], config: ModelConfig) -> dict[str, Tensor]:
     """A ``Qwen3ForCausalLM`` state dict under ``companion.models.GPT``'s names."""
     sd = Weights(sd, SOURCE)
     check_depth(sd, r"model\.layers\.(\d+)\.", config, SOURCE)
-    ours = outer_to_companion(sd, config)
-    for i in range(config.n_layers):
-        for mine, theirs in NAMES.items():
-            ours[f"layers.{i}.{mine}.weight"] = sd[f"model.layers.{i}.{theirs}.weight"]
-    return ours
+    return outer_to_companion(sd, config) | rename_layers(sd, NAMES, config.n_layers, to_ours=True)
 
 
 def from_companion(sd: Mapping[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
     """Our weights under ``Qwen3ForCausalLM``'s names."""
-    out = outer_from_companion(sd, c)
-    for i in range(c.n_layers):
-        for mine, theirs in NAMES.items():
-            out[f"model.layers.{i}.{theirs}.weight"] = sd[f"layers.{i}.{mine}.weight"]
-    return out
+    return outer_from_companion(sd, c) | rename_layers(sd, NAMES, c.n_layers, to_ours=False)
