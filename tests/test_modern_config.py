@@ -115,3 +115,17 @@ def test_mla_needs_rope_and_resolves_its_widths() -> None:
     config = ModelConfig.llama_tiny(kv_rank=16)  # D_h = 16: rope 8, nope 16, v 16
     assert (config.rope_head_dim, config.nope_head_dim, config.v_head_dim) == (8, 16, 16)
     assert ModelConfig.llama_tiny(n_experts=2).d_expert == 172  # d_expert follows d_ff
+
+
+@pytest.mark.parametrize("name", ["moe", "moe+shared+dense"])
+def test_forward_flops_of_a_moe_count_the_active_experts(name: str) -> None:
+    """torch's FLOP counter sees only the k experts each token runs: the active count, not the total."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from companion.scaling import forward_flops_per_token
+
+    config = ModelConfig.llama_tiny(n_layers=3, vocab_size=50, max_seq_len=24, **SMALL[name])
+    model = GPT(config)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(torch.randint(50, (2, 24)))
+    assert forward_flops_per_token(config, 24) == counter.get_total_flops() / (2 * 24)
