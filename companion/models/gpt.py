@@ -54,8 +54,8 @@ class GPT(nn.Module):
     @classmethod
     def from_pretrained(cls, folder: str | Path) -> GPT:
         """A GPT (eval mode, float32) from a local Hugging Face folder (``model_type`` in
-        ``companion.models.hf.folder.FAMILIES``: GPT-2, Llama). ``model.tokenizer`` is the folder's
-        ``tokenizer.json`` as a ``tokenizers.Tokenizer`` (``None`` if absent).
+        ``companion.models.hf.folder.FAMILIES``: GPT-2, Llama, Mixtral, Qwen3, DeepSeek-V3). ``model.tokenizer``
+        is the folder's ``tokenizer.json`` as a ``tokenizers.Tokenizer`` (``None`` if absent).
 
         Raises:
             FileNotFoundError: no folder, no ``config.json``, or no weights file.
