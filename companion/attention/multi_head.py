@@ -27,6 +27,7 @@ from companion._checks import (
 )
 from companion.attention.kv_cache import KVCache
 from companion.attention.sdpa import _check_causal, _check_mask, scaled_dot_product_attention
+from companion.layers import RMSNorm
 from companion.masks import causal_mask, combine_masks
 
 if TYPE_CHECKING:
@@ -101,6 +102,10 @@ class MultiHeadAttention(nn.Module):
         rope: a :class:`companion.positions.RotaryEmbedding` applied to queries and keys in self-attention.
         use_sdpa: compute attention with ``torch.nn.functional.scaled_dot_product_attention`` (fast path;
             falls back to the explicit path when weights are requested). Fully masked rows follow PyTorch.
+        head_dim: D_h when it is not D / H (Qwen3: 128 with D = 1024, H = 16); the projections then map
+            D -> H·D_h and back.
+        qk_norm: an RMSNorm over each head's queries and keys (one gain vector of D_h, shared by the heads),
+            before RoPE, as in Qwen3, OLMo 2 and Gemma 3 (chapter 14); ``qk_norm_eps`` is its epsilon.
     """
 
     def __init__(
@@ -113,24 +118,33 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         rope: RotaryEmbedding | None = None,
         use_sdpa: bool = False,
+        head_dim: int | None = None,
+        qk_norm: bool = False,
+        qk_norm_eps: float = 1e-6,
     ) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("n_heads", n_heads)
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         check_positive_int("n_kv_heads", n_kv_heads)
-        check_divisible("d_model", d_model, "n_heads", n_heads)
+        if head_dim is None:
+            check_divisible("d_model", d_model, "n_heads", n_heads)
+        else:
+            check_positive_int("head_dim", head_dim)
+        check_bool("qk_norm", qk_norm)
         check_divisible("n_heads", n_heads, "n_kv_heads", n_kv_heads)
         check_bool("bias", bias)
         check_dropout("dropout", dropout)
         check_bool("use_sdpa", use_sdpa)
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
-        self.head_dim = d_model // n_heads
+        self.head_dim = d_model // n_heads if head_dim is None else head_dim
         self.dropout, self.rope, self.use_sdpa = dropout, rope, use_sdpa
         self.q_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(n_heads * self.head_dim, d_model, bias=bias)
+        self.q_norm = RMSNorm(self.head_dim, qk_norm_eps) if qk_norm else None  # QK-norm (chapter 14)
+        self.k_norm = RMSNorm(self.head_dim, qk_norm_eps) if qk_norm else None
 
     def _check_inputs(self, x: Tensor, memory: Tensor | None, kv_cache: KVCache | None) -> None:
         check_tensor("x", x, ndim=3)
@@ -173,9 +187,13 @@ class MultiHeadAttention(nn.Module):
         check_bool("is_causal", is_causal)
         b, t, _ = x.shape
         q = split_heads(self.q_proj(x), self.n_heads)  # (B, H, T, D_h)
+        if self.q_norm is not None:  # QK-norm: each head's q (and below k) to unit RMS times a gain, before RoPE
+            q = self.q_norm(q)
         if memory is None:  # self-attention
             k = split_heads(self.k_proj(x), self.n_kv_heads)  # (B, H_kv, T, D_h)
             v = split_heads(self.v_proj(x), self.n_kv_heads)  # (B, H_kv, T, D_h)
+            if self.k_norm is not None:
+                k = self.k_norm(k)
             if self.rope is not None:
                 offset = 0 if kv_cache is None else kv_cache.length
                 q, k = self.rope(q, offset), self.rope(k, offset)
@@ -186,6 +204,8 @@ class MultiHeadAttention(nn.Module):
         else:  # cross-attention: keys and values come from the encoder output
             k = split_heads(self.k_proj(memory), self.n_kv_heads)  # (B, H_kv, S, D_h)
             v = split_heads(self.v_proj(memory), self.n_kv_heads)  # (B, H_kv, S, D_h)
+            if self.k_norm is not None:
+                k = self.k_norm(k)
             if kv_cache is not None:
                 kv_cache.update(k, v)
         n_rep = self.n_heads // self.n_kv_heads
