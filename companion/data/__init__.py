@@ -10,6 +10,8 @@ you give. Import from here (``from companion.data import toy_translation, TokenD
   for this course, for the character-level language model.
 - :mod:`companion.data.markov` -- ``markov_source``: a random order-k Markov chain whose entropy rate
   (nats/token) is computed exactly, the irreducible loss E of the scaling-law experiment.
+- :mod:`companion.data.markdown` -- ``paragraphs`` of a markdown page and ``tag_segments``: the pieces of a
+  paragraph tagged English / Chinese / maths / code by its own markup (chapter 12's labelled data).
 - :mod:`companion.data.text` -- your own text (chapter 11, ``companion-train``): ``read_text_file``,
   ``train_tokenizer`` / ``save_tokenizer`` / ``load_tokenizer``, the ids on disk (``write_token_file``) and
   ``TokenData``, which serves random training windows and fixed validation windows from them.
@@ -18,6 +20,7 @@ you give. Import from here (``from companion.data import toy_translation, TokenD
 from __future__ import annotations
 
 from companion.data.corpus import char_corpus
+from companion.data.markdown import TAGS, paragraphs, plain_text, tag_segments
 from companion.data.markov import MarkovSource, markov_source
 from companion.data.text import (
     TOKENIZER_FILES,
@@ -52,5 +55,6 @@ __all__ = [
     "PAD", "BOS", "EOS", "UNK", "SPECIALS", "Pair", "MAX_SENTENCES", "Vocab", "TranslationData", "toy_translation",
     "translation_lexicon", "detokenize", "encode_batch", "char_corpus", "MarkovSource", "markov_source",
     "TOKENIZER_FILES", "VAL_FRACTION", "TokenData", "Tokenizer", "load_tokenizer", "read_text_file", "save_tokenizer",
-    "text_sha256", "token_dtype", "train_tokenizer", "write_token_file",
+    "text_sha256", "token_dtype", "train_tokenizer", "write_token_file", "TAGS", "paragraphs", "plain_text",
+    "tag_segments",
 ]

@@ -12,9 +12,11 @@ Presets (classmethods) reproduce published shapes:
   ``GPT2LMHeadModel`` (tests/test_models.py, tests/test_hf_equivalence.py).
 - ``llama(...)`` / ``llama_tiny()``: Touvron et al. 2023 (Llama 2 7B defaults), checked against
   ``LlamaForCausalLM``.
-- ``bert_base()`` (Devlin et al. 2019) and ``mistral_7b()`` (Jiang et al. 2023, sliding window + GQA).
+- ``bert_base()`` (Devlin et al. 2019, with its token-type table) and ``mistral_7b()`` (Jiang et al. 2023,
+  sliding window + GQA).
+- ``vit()``: ViT-B/16 (Dosovitskiy et al. 2021), checked against ``ViTForImageClassification``.
 
-Left out on purpose: T5's bucketed relative-position bias, BERT's token-type embeddings, MoE layers.
+Left out on purpose: T5's bucketed relative-position bias, MoE layers.
 """
 
 from __future__ import annotations
@@ -77,12 +79,19 @@ class ModelConfig:
     embed_scale: bool = False  # multiply token embeddings by sqrt(d_model) (2017, section 3.4)
     use_sdpa: bool = False  # attention through torch's fused scaled_dot_product_attention (same numbers, faster)
     fused_norm: bool = False  # norms through torch's one-kernel F.layer_norm / F.rms_norm (same numbers, faster)
+    # --- encoders: segments and images (BERT, ViT) --------------------------------------------------
+    type_vocab_size: int = 0  # rows of BERT's token-type (segment) table added to the embeddings (BERT: 2); 0: none
+    image_size: int | None = None  # ViT: side of the square input image in pixels; None: a text model
+    patch_size: int = 16  # ViT: side of the square patches an image is cut into, one token each
+    num_channels: int = 3  # ViT: colour channels of an input image (3 for RGB, 1 for grey)
 
     def __post_init__(self) -> None:
         for name, kind in _FIELD_KINDS.items():  # types first: numpy scalars become Python numbers
             object.__setattr__(self, name, _coerce(name, getattr(self, name), kind))
-        for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_seq_len"):
+        for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_seq_len", "patch_size",
+                     "num_channels"):
             check_positive_int(name, getattr(self, name))
+        check_positive_int("type_vocab_size", self.type_vocab_size, allow_zero=True)
         for name in _OPTIONAL_INTS:
             if getattr(self, name) is not None:
                 check_positive_int(name, getattr(self, name))
@@ -118,6 +127,9 @@ class ModelConfig:
             )
         if self.rope_scaling == "yarn" and self.rope_original_max_seq_len is None:
             raise ValueError("rope_scaling='yarn' needs rope_original_max_seq_len (the pre-training context length)")
+        if self.image_size is not None and self.image_size % self.patch_size != 0:
+            raise ValueError(f"image_size={self.image_size} is not a multiple of patch_size={self.patch_size}; "
+                             "expected an image that patches tile exactly")
 
     # --- derived sizes ----------------------------------------------------------------------------
     @property
@@ -186,12 +198,13 @@ class ModelConfig:
 
     @classmethod
     def bert_base(cls, **changes: Any) -> ModelConfig:
-        """BERT-base: D=768, H=12, 12 post-LN layers, exact GELU, 512 learned positions, embedding LN."""
+        """BERT-base: D=768, H=12, 12 post-LN layers, exact GELU, 512 learned positions, 2 token types
+        (segments A and B), embedding LN. ``Encoder`` of it: 109,514,298 parameters, as ``BertForMaskedLM``."""
         base = dict(
             vocab_size=30522, d_model=768, n_heads=12, n_layers=12, d_ff=3072, max_seq_len=512,
             norm="layernorm", norm_placement="post", final_norm=False, embed_norm=True,
             activation="gelu", positions="learned", tie_embeddings=True, bias=True, dropout=0.1,
-            norm_eps=1e-12,
+            norm_eps=1e-12, type_vocab_size=2,
         )  # fmt: skip
         return cls(**{**base, **changes})
 
@@ -202,10 +215,30 @@ class ModelConfig:
                     sliding_window=4096)  # fmt: skip
         return cls.llama(**{**base, **changes})
 
+    @classmethod
+    def vit(cls, **changes: Any) -> ModelConfig:
+        """ViT-B/16 (Dosovitskiy et al. 2021): 224×224 RGB images cut into 16×16 patches (196 tokens + [CLS]),
+        D=768, H=12, 12 pre-LN layers, d_ff=3072, exact GELU, learned positions, LayerNorm eps 1e-12 (as
+        Hugging Face's ``ViTConfig``). ``ViT(ModelConfig.vit(), num_labels=1000)`` has 86,567,656 parameters.
+
+        ``max_seq_len`` follows the image: (image_size / patch_size)² patches + [CLS], unless given.
+        ``vocab_size`` is unused (an image has no vocabulary).
+        """
+        base = dict(
+            vocab_size=1, d_model=768, n_heads=12, n_layers=12, d_ff=3072, image_size=224, patch_size=16,
+            num_channels=3, norm="layernorm", norm_placement="pre", final_norm=True, activation="gelu",
+            positions="learned", tie_embeddings=False, bias=True, dropout=0.0, norm_eps=1e-12,
+        )  # fmt: skip
+        merged = {**base, **changes}
+        if "max_seq_len" not in changes and merged["image_size"] is not None:
+            merged["max_seq_len"] = (merged["image_size"] // merged["patch_size"]) ** 2 + 1
+        return cls(**merged)
+
 
 # --- field types ----------------------------------------------------------------------------------------
 
-_OPTIONAL_INTS = ("n_encoder_layers", "n_decoder_layers", "n_kv_heads", "rope_original_max_seq_len", "sliding_window")
+_OPTIONAL_INTS = ("n_encoder_layers", "n_decoder_layers", "n_kv_heads", "rope_original_max_seq_len", "sliding_window",
+                  "image_size")
 _FOLLOWERS = (("n_kv_heads", "n_heads"), ("n_encoder_layers", "n_layers"), ("n_decoder_layers", "n_layers"))
 _FIELD_KINDS = {
     **dict.fromkeys(("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_seq_len"), int),
@@ -213,6 +246,7 @@ _FIELD_KINDS = {
     **dict.fromkeys(("norm_eps", "rope_base", "rope_factor", "dropout"), float),
     **dict.fromkeys(("final_norm", "embed_norm", "tie_embeddings", "bias", "embed_scale", "use_sdpa"), bool),
     "fused_norm": bool,
+    **dict.fromkeys(("type_vocab_size", "patch_size", "num_channels"), int),
     **dict.fromkeys(("norm", "norm_placement", "activation", "positions", "rope_pairing"), str),
     "rope_scaling": "str?",
 }
