@@ -10,6 +10,8 @@ you give. Import from here (``from companion.data import toy_translation, TokenD
   for this course, for the character-level language model.
 - :mod:`companion.data.markov` -- ``markov_source``: a random order-k Markov chain whose entropy rate
   (nats/token) is computed exactly, the irreducible loss E of the scaling-law experiment.
+- :mod:`companion.data.book` -- ``book_snapshot()``: a frozen snapshot of chapters 0-11 and of the glossary and
+  self-check appendices, the text chapters 11-14 train on (``read_book`` for the live text).
 - :mod:`companion.data.instructions` -- instructions with known answers for fine-tuning (chapter 13): the
   glossary's terms in English and Chinese, the self-check questions, the toy translations; held-out splits by
   key, and a corrupted answer for preference pairs.
@@ -22,6 +24,7 @@ you give. Import from here (``from companion.data import toy_translation, TokenD
 
 from __future__ import annotations
 
+from companion.data.book import Book, book_snapshot, read_book, write_book_snapshot
 from companion.data.corpus import char_corpus
 from companion.data.instructions import (
     GLOSSARY_FAMILIES,
@@ -71,6 +74,7 @@ from companion.data.translation import (
 )
 
 __all__ = [
+    "Book", "book_snapshot", "read_book", "write_book_snapshot",
     "PAD", "BOS", "EOS", "UNK", "SPECIALS", "Pair", "MAX_SENTENCES", "Vocab", "TranslationData", "toy_translation",
     "translation_lexicon", "detokenize", "encode_batch", "char_corpus", "MarkovSource", "markov_source",
     "TOKENIZER_FILES", "VAL_FRACTION", "HFTokenizer", "TokenData", "Tokenizer", "load_tokenizer", "read_text_file",
