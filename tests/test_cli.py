@@ -21,6 +21,7 @@ import torch
 
 from companion.cli import run_folder
 from companion.cli.run_folder import CHECKPOINT, LOG, load_run, read_run_checkpoint
+from companion.cli.eval import main as eval_main
 from companion.cli.sample import main as sample_main
 from companion.cli.train import main as train_main
 from companion.cli.train import read_log
@@ -91,7 +92,7 @@ def test_token_file_round_trip(tmp_path: Path) -> None:
 def test_train_then_sample(corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
     assert train(corpus, "--out", out, *TINY, "--steps", "30", "--lr", "3e-3") == 0
-    assert {"checkpoint.pt", "log.csv", "run.json", "tokens.bin", "tokenizer.char.json"} == {
+    assert {"checkpoint.pt", "best.pt", "log.csv", "run.json", "tokens.bin", "tokenizer.char.json"} == {
         p.name for p in out.iterdir()}  # nothing else, no temporary file left behind  # fmt: skip
     rows = read_log(out)
     assert [r["step"] for r in rows] == list(range(1, 31))
@@ -394,12 +395,14 @@ def test_device_cuda_without_a_gpu(corpus: Path, tmp_path: Path, capsys: pytest.
 def test_help_returns_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert train("--help") == 0 and "--resume" in capsys.readouterr().out
     assert sample_main(["--help"]) == 0 and "--top-p" in capsys.readouterr().out
+    assert eval_main(["--help"]) == 0 and "bits per byte" in capsys.readouterr().out
 
 
 def test_console_scripts_are_declared() -> None:
     text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
     scripts = text.split("[project.scripts]\n", 1)[1].split("\n\n", 1)[0].splitlines()
-    assert scripts == ['companion-train = "companion.cli.train:main"', 'companion-sample = "companion.cli.sample:main"']
+    assert scripts == ['companion-train = "companion.cli.train:main"', 'companion-sample = "companion.cli.sample:main"',
+                       'companion-eval = "companion.cli.eval:main"']
     for line in scripts:  # each names a main(argv) -> int
         module, func = line.split('"')[1].split(":")
         assert callable(getattr(__import__(module, fromlist=[func]), func))

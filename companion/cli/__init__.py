@@ -21,7 +21,7 @@ them in-process: 0 success, 2 bad input (one line on stderr, no traceback), 130 
     train(["book.txt", "--out", "run", "--steps", "500", "--tokenizer", "char"])   # -> 0
     rows = read_log("run")          # [{"step": 1, "loss": ..., "lr": ..., "grad_norm": ...}, ...]
     run = load_run("run")           # .model (a GPT), .tokenizer, .checkpoint
-    print(sample(run, "The cat", 100, temperature=0.8, seed=0))
+    print(sample(run, "The cat", 100, temperature=0.8, seed=0))   # samples(..., num_samples=5): a list
     run.model.save_pretrained("hf") # a folder transformers.AutoModelForCausalLM loads
 
 Checked in tests/test_cli.py: a run end to end, resume equivalence (stopped or interrupted, bit for bit),
@@ -31,10 +31,13 @@ a real SIGINT, two processes under torchrun, a failure in the middle of a checkp
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
-__all__ = ["UsageError", "ArgumentParser", "run_main", "EXIT_OK", "EXIT_OS_ERROR", "EXIT_USAGE", "EXIT_INTERRUPTED"]
+__all__ = ["UsageError", "ArgumentParser", "run_main", "number_type", "positive_int", "non_negative_int",
+           "positive_float", "EXIT_OK", "EXIT_OS_ERROR", "EXIT_USAGE", "EXIT_INTERRUPTED"]  # fmt: skip
 
 EXIT_OK, EXIT_OS_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130  # 130 = 128 + SIGINT, the shell convention
 
@@ -49,6 +52,27 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def number_type(kind: str, convert: Callable[[str], Any], ok: Callable[[Any], bool]) -> Callable[[str], Any]:
+    """An argparse ``type``: ``convert`` the text, then require ``ok(value)``; errors say ``kind`` in words
+    ("'ten' is not an integer >= 1"), where argparse would name the converting function."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{text} is invalid; expected {kind}")
+        return value
+
+    return parse
+
+
+positive_int = number_type("an integer >= 1", int, lambda v: v >= 1)
+non_negative_int = number_type("an integer >= 0", int, lambda v: v >= 0)
+positive_float = number_type("a finite number > 0", float, lambda v: math.isfinite(v) and v > 0)
 
 
 def run_main(prog: str, body: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None) -> int:

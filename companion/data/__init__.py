@@ -13,9 +13,11 @@ you give. Import from here (``from companion.data import toy_translation, TokenD
 - :mod:`companion.data.instructions` -- instructions with known answers for fine-tuning (chapter 13): the
   glossary's terms in English and Chinese, the self-check questions, the toy translations; held-out splits by
   key, and a corrupted answer for preference pairs.
-- :mod:`companion.data.text` -- your own text (chapter 11, ``companion-train``): ``read_text_file``,
-  ``train_tokenizer`` / ``save_tokenizer`` / ``load_tokenizer``, the ids on disk (``write_token_file``) and
-  ``TokenData``, which serves random training windows and fixed validation windows from them.
+- :mod:`companion.data.text` -- your own text (chapter 11, ``companion-train``): ``read_text_file``, the ids on
+  disk (``write_token_file``) and ``TokenData``, which serves random training windows and fixed validation
+  windows from them.
+- :mod:`companion.data.text_tokenizer` -- the tokenizer of that text: ``default_vocab_size`` (from the script),
+  ``train_tokenizer`` / ``save_tokenizer`` / ``load_tokenizer``, ``token_bytes`` (the bytes each id spells).
 """
 
 from __future__ import annotations
@@ -36,20 +38,19 @@ from companion.data.instructions import (
     translation_instructions,
 )
 from companion.data.markov import MarkovSource, markov_source
-from companion.data.text import (
+from companion.data.text import VAL_FRACTION, TokenData, read_text_file, text_sha256, token_dtype, write_token_file
+from companion.data.text_tokenizer import (
+    DEFAULT_VOCAB,
     TOKENIZER_FILES,
-    VAL_FRACTION,
+    WIDE_SCRIPT_VOCAB,
     HFTokenizer,
-    TokenData,
     Tokenizer,
+    default_vocab_size,
     load_tokenizer,
-    read_text_file,
     save_tokenizer,
-    text_sha256,
-    token_dtype,
+    token_bytes,
     tokenizer_kind,
     train_tokenizer,
-    write_token_file,
 )
 from companion.data.translation import (
     BOS,
@@ -72,6 +73,7 @@ __all__ = [
     "translation_lexicon", "detokenize", "encode_batch", "char_corpus", "MarkovSource", "markov_source",
     "TOKENIZER_FILES", "VAL_FRACTION", "HFTokenizer", "TokenData", "Tokenizer", "load_tokenizer", "read_text_file",
     "save_tokenizer", "text_sha256", "token_dtype", "tokenizer_kind", "train_tokenizer", "write_token_file",
+    "DEFAULT_VOCAB", "WIDE_SCRIPT_VOCAB", "default_vocab_size", "token_bytes",
     "GLOSSARY_FAMILIES", "GlossaryTerm", "Instruction", "SelfCheckQuestion", "first_sentence",
     "glossary_instructions", "glossary_terms", "self_check_instructions", "self_check_questions", "split_by_key",
     "swap_adjacent_words", "translation_instructions",
