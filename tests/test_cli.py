@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from companion.cli import run_folder
-from companion.cli.run_folder import CHECKPOINT, LOG, load_run, read_run_checkpoint
 from companion.cli.eval import main as eval_main
+from companion.cli.run_folder import CHECKPOINT, LOG, load_run, read_run_checkpoint
 from companion.cli.sample import main as sample_main
 from companion.cli.train import main as train_main
 from companion.cli.train import read_log
@@ -282,12 +282,22 @@ def test_bad_text_files(tmp_path: Path, capsys: pytest.CaptureFixture[str], kind
     [(["--no-such-flag"], "unrecognized arguments: --no-such-flag"), (["--steps", "0"], "--steps"),
      (["--steps", "ten"], "--steps"), (["--tokenizer", "word"], "--tokenizer"),
      (["--d-model", "30", "--n-heads", "4"], "d_model=30 is not divisible by n_heads=4"),
-     (["--tokenizer", "bpe", "--vocab-size", "100"], "--vocab-size 100")],
+     (["--tokenizer", "bpe", "--vocab-size", "100"], "--vocab-size 100"),
+     # issue 23.16: every number is checked before anything is written, and named by its flag
+     (["--lr", "inf"], "--lr: inf is invalid; expected a finite number > 0"), (["--lr", "nan"], "--lr: nan"),
+     (["--lr", "0"], "--lr: 0 is invalid"), (["--min-lr-ratio", "2"], "--min-lr-ratio: 2 is invalid"),
+     (["--grad-clip", "inf"], "--grad-clip"), (["--beta2", "1"], "--beta2: 1 is invalid"),
+     (["--weight-decay", "-0.1"], "--weight-decay"), (["--warmup", "-1"], "--warmup: -1 is invalid"),
+     (["--seed", "-1"], "--seed"), (["--dropout", "1"], "--dropout: 1 is invalid"),
+     (["--steps", "ten"], "--steps: 'ten' is not an integer >= 1"),
+     (["--batch-size", "4", "--grad-accum", "3"], "--batch-size 4 is not divisible by --grad-accum 3"),
+     (["--device", "tpu"], "--device")],
 )  # fmt: skip
 def test_bad_flags(corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str],
                    needle: str) -> None:  # fmt: skip
     assert train(corpus, "--out", tmp_path / "run", *TINY, *args) == 2
-    assert_one_line_error(capsys, needle)
+    line = assert_one_line_error(capsys, needle)
+    assert "_positive_int" not in line and "TrainConfig" not in line  # the flag, never the code's names
     assert not (tmp_path / "run").exists()
 
 

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from companion._checks import plural
 from companion.cli import EXIT_OK, ArgumentParser, positive_int, run_main
-from companion.cli.machine import DEVICES, DTYPES, autocast, device_for, set_threads
+from companion.cli.machine import DEVICES, DTYPES, autocast, device_for, threads
 from companion.cli.run_folder import CHECKPOINTS, load_run
 from companion.data import read_text_file, token_bytes
 
@@ -131,7 +131,6 @@ def _parser() -> ArgumentParser:
 
 def _eval(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
-    set_threads(args.threads)
     device = device_for(args.device)
     text = read_text_file(args.text_file)
     run = load_run(args.folder, device, checkpoint=args.checkpoint)
@@ -139,10 +138,10 @@ def _eval(argv: Sequence[str] | None) -> int:
         ids = run.tokenizer.encode(text)
     except ValueError as err:  # a character tokenizer names the first character it never saw
         raise ValueError(f"the run's tokenizer cannot encode {args.text_file!r}: {err}") from None
-    seq_len = run.checkpoint["args"]["seq_len"]
-    windows = text_windows(torch.tensor(ids, dtype=torch.long), seq_len, args.batch_size)
-    score = score_windows(run.model, windows, token_lengths(run.tokenizer, run.model.config.vocab_size), device,
-                          args.dtype)  # fmt: skip
+    windows = text_windows(torch.tensor(ids, dtype=torch.long), run.checkpoint["args"]["seq_len"], args.batch_size)
+    lengths = token_lengths(run.tokenizer, run.model.config.vocab_size)
+    with threads(args.threads):
+        score = score_windows(run.model, windows, lengths, device, args.dtype)
     print(f"{PROG}: {str(Path(args.folder))!r} ({args.checkpoint} checkpoint, step {run.checkpoint['step']}) on "
           f"{str(args.text_file)!r}: {plural(score.n_tokens, 'token')} predicted, spelling "
           f"{plural(score.n_bytes, 'byte')}")

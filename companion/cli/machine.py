@@ -7,8 +7,9 @@ Shared by ``companion-train``, ``companion-sample`` and ``companion-eval``:
 - ``autocast(device, dtype)``: ``bfloat16`` runs the matrix products in bfloat16 under ``torch.autocast``
   (mixed precision: the weights, the optimiser state and the loss's softmax stay float32), on any device
   including the CPU; ``float32`` runs everything in float32.
-- ``set_threads(n)``: ``torch.set_num_threads(n)`` for the CPU work of this process (default: torch's
-  choice, usually one thread per core).
+- ``threads(n)``: ``torch.set_num_threads(n)`` for the CPU work inside the block (default: torch's choice,
+  usually one thread per core), put back afterwards: a notebook or a test that calls a command's ``main``
+  keeps its own setting.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 
 from companion.cli import UsageError
 
-__all__ = ["DEVICES", "DTYPES", "device_for", "autocast", "set_threads"]
+__all__ = ["DEVICES", "DTYPES", "device_for", "autocast", "threads"]
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("float32", "bfloat16")
@@ -59,7 +60,13 @@ def autocast(device: torch.device, dtype: str) -> Iterator[None]:
         yield
 
 
-def set_threads(n: int | None) -> None:
-    """Use ``n`` CPU threads for torch's operations (``None``: leave torch's default)."""
+@contextlib.contextmanager
+def threads(n: int | None) -> Iterator[None]:
+    """Use ``n`` CPU threads for torch's operations inside the block (``None``: leave torch's setting)."""
+    before = torch.get_num_threads()
     if n is not None:
         torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -7,16 +7,16 @@ Loads the run's last checkpoint, or with ``--checkpoint best`` the one of its lo
 (``companion.cli.run_folder.load_run``), and its tokenizer, encodes the prompt and decodes with
 ``companion.generation.generate`` (KV cache, temperature, top-k, top-p). With no ``--prompt`` it starts from the
 first token of the training text. ``--num-samples N`` draws N continuations at once (one batch), printed one
-after the other and separated by a line of dashes. A model sees at most ``max_seq_len`` tokens (its
-``--seq-len``): a longer output is produced in chunks, each one reading the last ``max_seq_len // 2`` tokens as
-its context. The same ``--seed`` prints the same text.
+after the other and separated by a line of dashes; a sample ends early if the model produces
+``<|endoftext|>``. A model sees at most ``max_seq_len`` tokens (its ``--seq-len``): a longer output is
+produced in chunks, each one reading the last ``max_seq_len // 2`` tokens as its context. The same ``--seed``
+prints the same text.
 
 A byte-level BPE token may be a piece of a character (a Chinese character is three bytes, an emoji four).
 Sampling is constrained to valid UTF-8 (``companion.generation.Utf8Mask``): each step chooses only among the
 tokens that can continue the character in progress, and the output ends on a whole character, so the text never
 shows U+FFFD (``--no-valid-utf8`` samples from the unconstrained distribution, to see what it would do).
 """
-
 from __future__ import annotations
 
 import argparse
@@ -28,10 +28,11 @@ import numpy as np
 import torch
 
 from companion.cli import EXIT_OK, ArgumentParser, UsageError, number_type, positive_int, run_main
-from companion.cli.machine import DEVICES, device_for, set_threads
+from companion.cli.machine import DEVICES, device_for, threads
 from companion.cli.run_folder import CHECKPOINTS, TOKENS, Run, load_run
 from companion.data import token_bytes, token_dtype
 from companion.generation import Utf8Mask, generate
+from companion.tokens import END_OF_TEXT
 
 __all__ = ["main", "sample", "samples", "SEPARATOR"]
 
@@ -104,6 +105,7 @@ def samples(
     if window < 2:
         raise ValueError(f"the model's max_seq_len={window} leaves no room to generate; expected >= 2")
     mask = Utf8Mask(token_bytes(run.tokenizer)) if valid_utf8 else None
+    eos = _end_of_text(run.tokenizer)
     out = torch.tensor([ids] * num_samples, device=device)  # (N, T)
     generator = torch.Generator(device=device).manual_seed(seed)
     remaining = max_new_tokens
@@ -111,10 +113,26 @@ def samples(
         context = out[:, -(window // 2 if out.size(1) + remaining > window else window):]  # (N, <= window)
         n = min(remaining, window - context.size(1))
         new = generate(model, context, n, temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy,
-                       generator=generator, valid_utf8=mask)[:, context.size(1):]  # fmt: skip
+                       eos_id=eos, generator=generator, valid_utf8=mask)[:, context.size(1):]  # fmt: skip
         out = torch.cat([out, new], dim=1)
         remaining -= n
-    return [run.tokenizer.decode(row.tolist()) for row in out]
+        if eos is not None and bool((out[:, len(ids):] == eos).any(dim=1).all()):
+            break  # every sample has ended
+    texts = []
+    for row in out.tolist():
+        new_part = row[len(ids):]
+        if eos in new_part:  # a sample ends at its end-of-text token
+            row = row[: len(ids) + new_part.index(eos)]
+        texts.append(run.tokenizer.decode(row))
+    return texts
+
+
+def _end_of_text(tokenizer: object) -> int | None:
+    """The id of ``<|endoftext|>`` if the tokenizer has one (a run's own tokenizer does): a sample ends there."""
+    try:
+        return tokenizer.token_to_id(END_OF_TEXT)
+    except ValueError:
+        return None
 
 
 def _sample(argv: Sequence[str] | None) -> int:
@@ -124,12 +142,12 @@ def _sample(argv: Sequence[str] | None) -> int:
                          "above 1 more random); for always the most likely token, use --greedy")
     if args.top_p is not None and not 0 < args.top_p <= 1:
         raise UsageError(f"--top-p {args.top_p:g} is invalid; expected a probability in (0, 1]")
-    set_threads(args.threads)
     device = device_for(args.device)
-    run = load_run(args.folder, device, checkpoint=args.checkpoint)
-    texts = samples(run, args.prompt, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                   top_p=args.top_p, greedy=args.greedy, seed=args.seed, num_samples=args.num_samples,
-                   valid_utf8=args.valid_utf8)  # fmt: skip
+    with threads(args.threads):
+        run = load_run(args.folder, device, checkpoint=args.checkpoint)
+        texts = samples(run, args.prompt, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                        top_p=args.top_p, greedy=args.greedy, seed=args.seed, num_samples=args.num_samples,
+                        valid_utf8=args.valid_utf8)  # fmt: skip
     print(f"\n{SEPARATOR}\n".join(texts))
     return EXIT_OK
 

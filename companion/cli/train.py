@@ -67,7 +67,7 @@ import torch
 
 from companion.cli import EXIT_INTERRUPTED, EXIT_OK, UsageError, run_main
 from companion.cli.eval import score_windows, token_lengths
-from companion.cli.machine import autocast, device_for, set_threads
+from companion.cli.machine import autocast, device_for, threads
 from companion.cli.run_folder import BEST, CHECKPOINT, LOG, TOKENS, save_run_checkpoint, write_run_info
 from companion.cli.train_args import parser
 from companion.cli.train_report import (
@@ -122,7 +122,6 @@ def _train(given: argparse.Namespace) -> int:
 
     world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
     out = Path(given.out)
-    set_threads(given.threads)
     if given.device is not None:
         device_for(given.device)  # no GPU: say so before anything is written
     if world > 1:
@@ -275,7 +274,12 @@ def _train(given: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``companion-train`` / ``python -m companion.cli.train``; returns the exit code."""
-    return run_main(PROG, lambda a: _train(parser().parse_args(a)), argv)
+    def body(a: Sequence[str] | None) -> int:
+        given = parser().parse_args(a)
+        with threads(given.threads):
+            return _train(given)
+
+    return run_main(PROG, body, argv)
 
 
 if __name__ == "__main__":

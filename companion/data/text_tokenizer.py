@@ -79,6 +79,12 @@ class HFTokenizer:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)
 
+    def token_to_id(self, token: str) -> int:
+        i = self.tokenizer.token_to_id(token)
+        if i is None:
+            raise ValueError(f"token={token!r} is not in the vocabulary")
+        return i
+
     def to_str(self) -> str:
         return self.tokenizer.to_str()
 
