@@ -196,20 +196,22 @@ def test_sigint_saves_a_checkpoint_and_exits_130(corpus: Path, tmp_path: Path) -
 
 
 @pytest.mark.slow
-def test_two_processes_under_torchrun_log_the_losses_of_one(corpus: Path, tmp_path: Path) -> None:
-    """DDP: each process takes half of the same global batch; the logged loss is their mean."""
+@pytest.mark.parametrize("accum", [[], ["--grad-accum", "2"]], ids=["one-batch", "grad-accum"])
+def test_two_processes_under_torchrun_log_the_losses_of_one(corpus: Path, tmp_path: Path, accum: list[str]) -> None:
+    """DDP: each process takes half of the same global batch; the logged loss is their mean. With
+    ``--grad-accum 2`` each process runs its half as two micro-batches, averaging gradients only after the last."""
     import socket
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    args = [str(corpus), *TINY, "--steps", "6"]
+    args = [str(corpus), *TINY, "--steps", "6", *accum]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
            f"--master_port={port}", "-m", "companion.cli.train", *args, "--out", str(tmp_path / "ddp")]  # fmt: skip
     done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert train(*args, "--out", tmp_path / "one") == 0
+    assert train(str(corpus), *TINY, "--steps", "6", "--out", tmp_path / "one") == 0  # one process, one batch
     ddp, one = read_log(tmp_path / "ddp"), read_log(tmp_path / "one")
     assert [r["step"] for r in ddp] == [r["step"] for r in one] == list(range(1, 7))
     for a, b in zip(ddp, one):

@@ -8,7 +8,8 @@ a folder ``GPT.save_pretrained`` wrote.
 - ``tokenizer_config.json``: ``PreTrainedTokenizerFast`` over that file, its beginning/end-of-text tokens,
   ``model_max_length`` = the model's context (``max_seq_len``, ``--seq-len`` of ``companion-train``), and no
   clean-up of spaces on decoding (the ids must decode to exactly the text).
-- ``generation_config.json``: the bos/eos ids, and the eos as the padding id. Generation must stay within the
+- ``generation_config.json`` (when the tokenizer has ``<|endoftext|>``): the bos/eos ids, and the eos as the
+  padding id. Generation must stay within the
   context: a GPT-2-shaped model has ``n_positions`` = ``max_seq_len`` learned positions and fails past them,
   so keep prompt + ``max_new_tokens`` within it.
 
@@ -70,4 +71,5 @@ def write_tokenizer_files(folder: Path, hf: Any, config: ModelConfig) -> None:
     ids = tokenizer_ids(hf)
     generation = {**ids, "pad_token_id": ids["eos_token_id"]}
     generation = {k: v for k, v in generation.items() if v is not None}
-    atomic_write_text(folder / "generation_config.json", json.dumps(generation, indent=2, sort_keys=True) + "\n")
+    if generation:  # a tokenizer without an end-of-text token leaves transformers' defaults
+        atomic_write_text(folder / "generation_config.json", json.dumps(generation, indent=2, sort_keys=True) + "\n")
