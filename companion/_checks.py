@@ -69,6 +69,11 @@ def check_finite(name: str, x: Tensor) -> None:
         raise ValueError(f"{name} contains NaN or infinite values; expected finite numbers")
 
 
+def plural(n: int, noun: str) -> str:
+    """``n`` and ``noun`` in the right number for a message: "1 token", "2 tokens", "1,024 tokens"."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 # --- scalars (issue 13: one rule per idea, used by every module) ----------------------------------
 
 

@@ -89,10 +89,12 @@ def atomic_write(path: str | os.PathLike[str]) -> Iterator[Path]:
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     tmp = Path(tmp_name)
+    mode = path.stat().st_mode & 0o7777 if path.exists() else _DEFAULT_MODE
     try:
-        # mkstemp makes the file private (0o600); give it the mode the file had, or a new file's default
-        os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else _DEFAULT_MODE)
         yield tmp
+        # mkstemp makes the file private (0o600), and a writer may replace it with a private file of its own
+        # (safetensors does): give it the mode the file had, or a new file's default, once it is written
+        os.chmod(tmp, mode)
         with open(tmp, "rb+") as f:  # the writer may have closed its own handle: reopen to flush to disk
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from companion.cli import run_folder
+from companion.cli.eval import main as eval_main
 from companion.cli.run_folder import CHECKPOINT, LOG, load_run, read_run_checkpoint
 from companion.cli.sample import main as sample_main
 from companion.cli.train import main as train_main
@@ -91,7 +92,7 @@ def test_token_file_round_trip(tmp_path: Path) -> None:
 def test_train_then_sample(corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
     assert train(corpus, "--out", out, *TINY, "--steps", "30", "--lr", "3e-3") == 0
-    assert {"checkpoint.pt", "log.csv", "run.json", "tokens.bin", "tokenizer.char.json"} == {
+    assert {"checkpoint.pt", "best.pt", "log.csv", "run.json", "tokens.bin", "tokenizer.char.json"} == {
         p.name for p in out.iterdir()}  # nothing else, no temporary file left behind  # fmt: skip
     rows = read_log(out)
     assert [r["step"] for r in rows] == list(range(1, 31))
@@ -195,20 +196,22 @@ def test_sigint_saves_a_checkpoint_and_exits_130(corpus: Path, tmp_path: Path) -
 
 
 @pytest.mark.slow
-def test_two_processes_under_torchrun_log_the_losses_of_one(corpus: Path, tmp_path: Path) -> None:
-    """DDP: each process takes half of the same global batch; the logged loss is their mean."""
+@pytest.mark.parametrize("accum", [[], ["--grad-accum", "2"]], ids=["one-batch", "grad-accum"])
+def test_two_processes_under_torchrun_log_the_losses_of_one(corpus: Path, tmp_path: Path, accum: list[str]) -> None:
+    """DDP: each process takes half of the same global batch; the logged loss is their mean. With
+    ``--grad-accum 2`` each process runs its half as two micro-batches, averaging gradients only after the last."""
     import socket
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    args = [str(corpus), *TINY, "--steps", "6"]
+    args = [str(corpus), *TINY, "--steps", "6", *accum]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
            f"--master_port={port}", "-m", "companion.cli.train", *args, "--out", str(tmp_path / "ddp")]  # fmt: skip
     done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert train(*args, "--out", tmp_path / "one") == 0
+    assert train(str(corpus), *TINY, "--steps", "6", "--out", tmp_path / "one") == 0  # one process, one batch
     ddp, one = read_log(tmp_path / "ddp"), read_log(tmp_path / "one")
     assert [r["step"] for r in ddp] == [r["step"] for r in one] == list(range(1, 7))
     for a, b in zip(ddp, one):
@@ -281,12 +284,22 @@ def test_bad_text_files(tmp_path: Path, capsys: pytest.CaptureFixture[str], kind
     [(["--no-such-flag"], "unrecognized arguments: --no-such-flag"), (["--steps", "0"], "--steps"),
      (["--steps", "ten"], "--steps"), (["--tokenizer", "word"], "--tokenizer"),
      (["--d-model", "30", "--n-heads", "4"], "d_model=30 is not divisible by n_heads=4"),
-     (["--tokenizer", "bpe", "--vocab-size", "100"], "--vocab-size 100")],
+     (["--tokenizer", "bpe", "--vocab-size", "100"], "--vocab-size 100"),
+     # issue 23.16: every number is checked before anything is written, and named by its flag
+     (["--lr", "inf"], "--lr: inf is invalid; expected a finite number > 0"), (["--lr", "nan"], "--lr: nan"),
+     (["--lr", "0"], "--lr: 0 is invalid"), (["--min-lr-ratio", "2"], "--min-lr-ratio: 2 is invalid"),
+     (["--grad-clip", "inf"], "--grad-clip"), (["--beta2", "1"], "--beta2: 1 is invalid"),
+     (["--weight-decay", "-0.1"], "--weight-decay"), (["--warmup", "-1"], "--warmup: -1 is invalid"),
+     (["--seed", "-1"], "--seed"), (["--dropout", "1"], "--dropout: 1 is invalid"),
+     (["--steps", "ten"], "--steps: 'ten' is not an integer >= 1"),
+     (["--batch-size", "4", "--grad-accum", "3"], "--batch-size 4 is not divisible by --grad-accum 3"),
+     (["--device", "tpu"], "--device")],
 )  # fmt: skip
 def test_bad_flags(corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str],
                    needle: str) -> None:  # fmt: skip
     assert train(corpus, "--out", tmp_path / "run", *TINY, *args) == 2
-    assert_one_line_error(capsys, needle)
+    line = assert_one_line_error(capsys, needle)
+    assert "_positive_int" not in line and "TrainConfig" not in line  # the flag, never the code's names
     assert not (tmp_path / "run").exists()
 
 
@@ -394,12 +407,14 @@ def test_device_cuda_without_a_gpu(corpus: Path, tmp_path: Path, capsys: pytest.
 def test_help_returns_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert train("--help") == 0 and "--resume" in capsys.readouterr().out
     assert sample_main(["--help"]) == 0 and "--top-p" in capsys.readouterr().out
+    assert eval_main(["--help"]) == 0 and "bits per byte" in capsys.readouterr().out
 
 
 def test_console_scripts_are_declared() -> None:
     text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
     scripts = text.split("[project.scripts]\n", 1)[1].split("\n\n", 1)[0].splitlines()
-    assert scripts == ['companion-train = "companion.cli.train:main"', 'companion-sample = "companion.cli.sample:main"']
+    assert scripts == ['companion-train = "companion.cli.train:main"', 'companion-sample = "companion.cli.sample:main"',
+                       'companion-eval = "companion.cli.eval:main"']
     for line in scripts:  # each names a main(argv) -> int
         module, func = line.split('"')[1].split(":")
         assert callable(getattr(__import__(module, fromlist=[func]), func))

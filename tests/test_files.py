@@ -51,6 +51,18 @@ def test_new_file_gets_the_ordinary_mode_and_a_replaced_file_keeps_its_own(tmp_p
     assert stat.S_IMODE(reference.stat().st_mode) == 0o640
 
 
+def test_a_writer_that_replaces_the_file_privately_still_gives_the_ordinary_mode(tmp_path) -> None:
+    """safetensors' save_file replaces the file it is given with a new one of mode 0600 (issue 23.16)."""
+    reference = tmp_path / "plain.txt"
+    reference.write_text("x")
+    with atomic_write(tmp_path / "weights.bin") as tmp:
+        os.unlink(tmp)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o600)
+        os.write(fd, b"weights")
+        os.close(fd)
+    assert stat.S_IMODE((tmp_path / "weights.bin").stat().st_mode) == stat.S_IMODE(reference.stat().st_mode)
+
+
 def test_bad_destinations_are_named_before_anything_is_written(tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match="missing"):
         atomic_write_text(tmp_path / "missing" / "x.txt", "x")

@@ -144,6 +144,53 @@ def test_a_model_trained_by_companion_train_leaves_the_course(tmp_path: Path) ->
         assert_close(ref(x).logits, ours(x), atol=1e-4, rtol=1e-4)
 
 
+MIXED = ("Transformer 的核心是自注意力：每个位置直接关注所有其他位置。I love NLP → 我爱NLP！"
+         "The model predicts the next token 🙂, 然后再预测下一个。\n") * 12
+
+
+@pytest.mark.parametrize("tokenizer", ["bpe", "char"])
+@torch.no_grad()
+def test_a_run_saved_for_hugging_face_brings_its_tokenizer(tmp_path: Path, tokenizer: str) -> None:
+    """``AutoTokenizer`` on the folder gives companion's ids on mixed Chinese/English text, and
+    ``pipeline("text-generation")`` continues a prompt exactly as ``generate`` does (greedy)."""
+    import stat
+
+    from companion.cli.run_folder import load_run
+    from companion.cli.train import main
+
+    (tmp_path / "text.txt").write_text(MIXED, encoding="utf-8")
+    run_dir, hf = tmp_path / "run", tmp_path / "hf"
+    vocab = ["--vocab-size", "320"] if tokenizer == "bpe" else []
+    assert main([str(tmp_path / "text.txt"), "--out", str(run_dir), "--tokenizer", tokenizer, *vocab, "--d-model",
+                 "32", "--n-heads", "2", "--n-layers", "1", "--seq-len", "32", "--steps", "20", "--lr", "1e-2",
+                 "--no-progress"]) == 0  # fmt: skip
+    run = load_run(run_dir)
+    run.model.save_pretrained(hf)  # the run's tokenizer travels with the model
+    names = {p.name for p in hf.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+            "generation_config.json"} == names  # fmt: skip
+    reference = tmp_path / "plain"
+    reference.write_text("")
+    assert {stat.S_IMODE((hf / n).stat().st_mode) for n in names} == {stat.S_IMODE(reference.stat().st_mode)}
+
+    theirs = transformers.AutoTokenizer.from_pretrained(hf)
+    eot = run.tokenizer.token_to_id("<|endoftext|>")
+    assert theirs.eos_token_id == theirs.bos_token_id == eot
+    config = json.loads((hf / "config.json").read_text())
+    assert config["eos_token_id"] == config["bos_token_id"] == eot
+    assert json.loads((hf / "generation_config.json").read_text())["eos_token_id"] == eot
+    text = MIXED[:120]
+    assert theirs(text)["input_ids"] == run.tokenizer.encode(text)
+    assert theirs.decode(run.tokenizer.encode(text)) == text
+
+    pipe = transformers.pipeline("text-generation", model=str(hf))
+    prompt = "Transformer 的核心是"
+    ids = torch.tensor([run.tokenizer.encode(prompt)])
+    ours = run.tokenizer.decode(generate(run.model, ids, 12, greedy=True)[0].tolist())
+    out = pipe(prompt, max_new_tokens=12, do_sample=False)[0]["generated_text"]
+    assert out == ours
+
+
 # --- errors ---------------------------------------------------------------------------------------------
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import re
@@ -188,10 +189,13 @@ def test_corrupt_truncated_and_foreign_files(tmp_path, gpt):
     garbage.write_bytes(b"not a checkpoint at all" * 10)
     foreign = tmp_path / "foreign.pt"
     torch.save({"weights": torch.zeros(2)}, foreign)
+    pickled = tmp_path / "pickled.pt"
+    torch.save({"config": argparse.Namespace(d_model=16)}, pickled)  # an object weights_only=True refuses
     for bad, match in ((truncated, "corrupt or truncated"), (garbage, "corrupt or truncated"),
-                       (foreign, "not a companion checkpoint")):
-        with pytest.raises(ValueError, match=match):
+                       (foreign, "not a companion checkpoint"), (pickled, "Python objects other than tensors")):
+        with pytest.raises(ValueError, match=match) as caught:
             load_checkpoint(bad, gpt)
+        assert "weights_only" not in str(caught.value)  # never the advice to unpickle an untrusted file
     with pytest.raises(FileNotFoundError):
         load_checkpoint(tmp_path / "missing.pt")
     with pytest.raises(ValueError, match="no optimizer state"):

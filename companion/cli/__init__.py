@@ -1,18 +1,23 @@
-"""The course's command line: train a GPT on your own text, then sample from it (chapter 11).
+"""The course's command line: train a GPT on your own text, sample from it, score it (chapter 11).
 
-Two console scripts, declared in ``pyproject.toml`` and also runnable with ``python -m``:
+Three console scripts, declared in ``pyproject.toml`` and also runnable with ``python -m``:
 
-- ``companion-train TEXT_FILE --out DIR`` = ``python -m companion.cli.train`` (:mod:`companion.cli.train`);
-- ``companion-sample DIR --prompt "..."`` = ``python -m companion.cli.sample`` (:mod:`companion.cli.sample`).
+- ``companion-train TEXT_FILE --out DIR`` = ``python -m companion.cli.train`` (:mod:`companion.cli.train`; its
+  flags in :mod:`companion.cli.train_args`, its set-up in :mod:`companion.cli.train_setup`, what it says in
+  :mod:`companion.cli.train_report`);
+- ``companion-sample DIR --prompt "..."`` = ``python -m companion.cli.sample`` (:mod:`companion.cli.sample`);
+- ``companion-eval DIR FILE`` = ``python -m companion.cli.eval`` (:mod:`companion.cli.eval`): loss, perplexity and
+  bits per byte of a run on another text.
 
 ``companion-train --init-from SOURCE [--lora R]`` fine-tunes a run or a Hugging Face folder instead
-(:mod:`companion.cli.init_from`, chapter 13). The run folder DIR and its checkpoint are described in
-:mod:`companion.cli.run_folder`; the data pipeline
+(:mod:`companion.cli.init_from`, chapter 13). The run folder DIR and its checkpoints (``checkpoint.pt``, the
+latest; ``best.pt``, the lowest validation loss) are described in :mod:`companion.cli.run_folder`; where a
+command runs (``--device``, ``--dtype``, ``--threads``) in :mod:`companion.cli.machine`; the data pipeline
 (text file -> tokenizer -> ids on disk -> batches) is :mod:`companion.data`.
 
-Both ``main(argv)`` functions return the exit code instead of exiting, so a notebook or a test can call
-them in-process: 0 success, 2 bad input (one line on stderr, no traceback), 130 interrupted by Ctrl-C
-(after saving a checkpoint), 1 an operating-system error (disk full, no permission). From Python:
+Every ``main(argv)`` returns the exit code instead of exiting, so a notebook or a test can call it in-process:
+0 success, 2 bad input (one line on stderr, no traceback), 130 interrupted by Ctrl-C (after saving a
+checkpoint), 1 an operating-system error (disk full, no permission). From Python:
 
     from companion.cli.train import main as train, read_log
     from companion.cli.run_folder import load_run
@@ -20,21 +25,25 @@ them in-process: 0 success, 2 bad input (one line on stderr, no traceback), 130 
 
     train(["book.txt", "--out", "run", "--steps", "500", "--tokenizer", "char"])   # -> 0
     rows = read_log("run")          # [{"step": 1, "loss": ..., "lr": ..., "grad_norm": ...}, ...]
-    run = load_run("run")           # .model (a GPT), .tokenizer, .checkpoint
-    print(sample(run, "The cat", 100, temperature=0.8, seed=0))
-    run.model.save_pretrained("hf") # a folder transformers.AutoModelForCausalLM loads
+    run = load_run("run")           # .model (a GPT), .tokenizer, .checkpoint; load_run("run", checkpoint="best")
+    print(sample(run, "The cat", 100, temperature=0.8, seed=0))   # samples(..., num_samples=5): a list
+    run.model.save_pretrained("hf") # weights and tokenizer: transformers' AutoModelForCausalLM, AutoTokenizer, pipeline
 
-Checked in tests/test_cli.py: a run end to end, resume equivalence (stopped or interrupted, bit for bit),
-a real SIGINT, two processes under torchrun, a failure in the middle of a checkpoint save, every bad input.
+Checked in tests/test_cli*.py: a run end to end, resume equivalence (stopped or interrupted, bit for bit),
+a real SIGINT, two processes under torchrun, a failure in the middle of a checkpoint save, every bad input,
+best.pt, extending a run, the machine flags, companion-eval, valid UTF-8 samples.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
-__all__ = ["UsageError", "ArgumentParser", "run_main", "EXIT_OK", "EXIT_OS_ERROR", "EXIT_USAGE", "EXIT_INTERRUPTED"]
+__all__ = ["UsageError", "ArgumentParser", "run_main", "number_type", "positive_int", "non_negative_int",
+           "positive_float", "EXIT_OK", "EXIT_OS_ERROR", "EXIT_USAGE", "EXIT_INTERRUPTED"]  # fmt: skip
 
 EXIT_OK, EXIT_OS_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130  # 130 = 128 + SIGINT, the shell convention
 
@@ -49,6 +58,27 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def number_type(kind: str, convert: Callable[[str], Any], ok: Callable[[Any], bool]) -> Callable[[str], Any]:
+    """An argparse ``type``: ``convert`` the text, then require ``ok(value)``; errors say ``kind`` in words
+    ("'ten' is not an integer >= 1"), where argparse would name the converting function."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{text} is invalid; expected {kind}")
+        return value
+
+    return parse
+
+
+positive_int = number_type("an integer >= 1", int, lambda v: v >= 1)
+non_negative_int = number_type("an integer >= 0", int, lambda v: v >= 0)
+positive_float = number_type("a finite number > 0", float, lambda v: math.isfinite(v) and v > 0)
 
 
 def run_main(prog: str, body: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None) -> int:

@@ -3,14 +3,16 @@
     DIR/tokenizer.bpe       the tokenizer (or tokenizer.char.json), see companion.data.save_tokenizer
     DIR/tokens.bin          the whole text as flat token ids (a numpy memmap)
     DIR/run.json            human-readable: model config, tokenizer reference, training arguments, text fingerprint
-    DIR/checkpoint.pt       the last checkpoint (below)
+    DIR/checkpoint.pt       the last checkpoint (below): what --resume continues from
+    DIR/best.pt             the checkpoint of the lowest validation loss so far (weights only, no optimiser state)
     DIR/log.csv             one row per step: step, loss, lr, grad_norm, val_loss (empty between evaluations)
 
 The checkpoint is one ``torch.save`` dict of plain values (read back with ``torch.load(weights_only=True)``,
-which refuses arbitrary pickles): ``format``, ``model`` (state dict), ``optimizer`` (state dict), ``step``
-(optimiser steps done), ``rng`` (Python, NumPy, torch CPU and CUDA generator states), ``model_config``
-(``ModelConfig`` as a dict), ``tokenizer`` (a reference: kind, file name, SHA-256), ``args`` (the training
-arguments) and ``data`` (the text's fingerprint and token count); a run with LoRA adapters (``--lora``) also
+which refuses arbitrary pickles): ``format``, ``model`` (state dict), ``optimizer`` (state dict; ``None`` in
+``best.pt``), ``step`` (optimiser steps done), ``rng`` (Python, NumPy, torch CPU and CUDA generator states),
+``model_config`` (``ModelConfig`` as a dict), ``tokenizer`` (a reference: kind, file name, SHA-256), ``args``
+(the training arguments), ``data`` (the text's fingerprint and token count) and ``best`` (``{"step",
+"val_loss"}`` of the lowest validation loss so far, or ``None``); a run with LoRA adapters (``--lora``) also
 has ``lora``: ``{"r", "alpha", "targets", "merged"}``, its model state holding the frozen weights and the
 adapters until the last step, where they are merged (``merged: True``). Every file is written atomically
 (``companion._files.atomic_write``: a temporary file, then a rename), so a crash or Ctrl-C during a save
@@ -18,8 +20,9 @@ leaves the previous checkpoint whole. It is its own format rather than ``compani
 optimiser, config, step): resuming bit for bit also needs the generator states, and sampling needs the
 tokenizer reference, which that layout has no place for; both write through the same ``atomic_write``.
 
-``load_run(DIR)`` gives the trained model and its tokenizer back, for sampling or for a notebook (a run stopped
-with its adapters unmerged comes back merged).
+``load_run(DIR, checkpoint="latest" | "best")`` gives a trained model and its tokenizer back, for sampling,
+scoring or a notebook (a run stopped with its adapters unmerged comes back merged); the model carries its
+tokenizer (``run.model.tokenizer``), so ``run.model.save_pretrained(folder)`` writes ``tokenizer.json`` too.
 """
 
 from __future__ import annotations
@@ -39,14 +42,17 @@ from companion._files import atomic_write, atomic_write_text
 from companion.data import TOKENIZER_FILES, Tokenizer, load_tokenizer
 from companion.finetune import apply_lora, lora_modules, merge_lora
 from companion.models import GPT, ModelConfig
+from companion.training.checkpoints import read_torch_file
 
 __all__ = [
-    "CHECKPOINT", "LOG", "TOKENS", "RUN_INFO", "RUN_FILES", "Run", "check_out_folder", "get_rng_state",
+    "CHECKPOINT", "BEST", "CHECKPOINTS", "LOG", "TOKENS", "RUN_INFO", "RUN_FILES", "Run", "check_out_folder",
+    "get_rng_state",
     "set_rng_state", "save_run_checkpoint", "read_run_checkpoint", "write_run_info", "load_run", "build_model",
 ]  # fmt: skip
 
-CHECKPOINT, LOG, TOKENS, RUN_INFO = "checkpoint.pt", "log.csv", "tokens.bin", "run.json"
-RUN_FILES = frozenset({CHECKPOINT, LOG, TOKENS, RUN_INFO, *TOKENIZER_FILES.values()})
+CHECKPOINT, BEST, LOG, TOKENS, RUN_INFO = "checkpoint.pt", "best.pt", "log.csv", "tokens.bin", "run.json"
+CHECKPOINTS = {"latest": CHECKPOINT, "best": BEST}  # what --checkpoint names -> the file
+RUN_FILES = frozenset({CHECKPOINT, BEST, LOG, TOKENS, RUN_INFO, *TOKENIZER_FILES.values()})
 _FORMAT = "companion-run-checkpoint-v1"
 _KEYS = ("model", "optimizer", "step", "rng", "model_config", "tokenizer", "args", "data")
 
@@ -114,21 +120,24 @@ def _unwrap(model: nn.Module) -> nn.Module:
 
 
 def save_run_checkpoint(
-    path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, model_config: ModelConfig,
+    path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer | None, step: int, model_config: ModelConfig,
     tokenizer: dict[str, str], args: dict[str, Any], data: dict[str, Any], lora: dict[str, Any] | None = None,
+    best: dict[str, Any] | None = None,
 ) -> None:  # fmt: skip
-    """Write the checkpoint atomically: the previous one stays whole until the new one is complete."""
+    """Write the checkpoint atomically: the previous one stays whole until the new one is complete.
+    ``optimizer=None`` writes the weights without the optimiser state (``best.pt``)."""
     state = {
         "format": _FORMAT,
         "model": _unwrap(model).state_dict(),
-        "optimizer": optimizer.state_dict(),
+        "optimizer": optimizer.state_dict() if optimizer is not None else None,
         "step": step,
         "rng": get_rng_state(),
         "model_config": dataclasses.asdict(model_config),
         "tokenizer": tokenizer,
         "args": args,
         "data": data,
-        "lora": lora,
+        "lora": dict(lora) if lora is not None else None,
+        "best": best,
     }
     with atomic_write(path) as tmp:
         torch.save(state, tmp)
@@ -138,10 +147,7 @@ def read_run_checkpoint(path: Path) -> dict[str, Any]:
     """Read a checkpoint written by ``save_run_checkpoint``; ``ValueError`` if it is corrupt or foreign."""
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises RuntimeError, EOFError, UnpicklingError... depending on the damage
-        raise ValueError(f"checkpoint {str(path)!r} is corrupt or truncated and cannot be read ({err})") from None
+    state = read_torch_file(path, "companion-train")
     if not isinstance(state, dict) or state.get("format") != _FORMAT or any(k not in state for k in _KEYS):
         raise ValueError(f"{str(path)!r} is not a companion-train checkpoint (expected format={_FORMAT!r})")
     return state
@@ -171,23 +177,37 @@ class Run:
     folder: Path  # the run folder it was read from
 
 
-def load_run(folder: str | Path, device: str | torch.device = "cpu") -> Run:
-    """The model and tokenizer of the run in ``folder`` (its last checkpoint).
+def load_run(folder: str | Path, device: str | torch.device = "cpu", checkpoint: str = "latest") -> Run:
+    """The model and tokenizer of the run in ``folder``: its last checkpoint (``"latest"``) or the one of its
+    lowest validation loss (``"best"``). The model carries the tokenizer (``model.tokenizer``).
 
-    Raises ``FileNotFoundError`` (no folder, no checkpoint, tokenizer file missing) or ``ValueError``
-    (a corrupt checkpoint, or weights that do not fit its own config).
+    Raises ``FileNotFoundError`` (no folder, no such checkpoint, tokenizer file missing) or ``ValueError``
+    (``folder`` is a file, a corrupt checkpoint, or weights that do not fit its config).
     """
     folder = Path(folder)
+    if folder.is_file():
+        raise ValueError(f"{str(folder)!r} is a file; expected a run folder written by companion-train (train one "
+                         f"with: companion-train {str(folder)!r} --out DIR)")
     if not folder.is_dir():
         raise FileNotFoundError(f"run folder {str(folder)!r} does not exist")
-    state = read_run_checkpoint(folder / CHECKPOINT)
+    if checkpoint not in CHECKPOINTS:
+        raise ValueError(f"checkpoint={checkpoint!r} is not supported; expected one of {', '.join(CHECKPOINTS)}")
+    path = folder / CHECKPOINTS[checkpoint]
+    if checkpoint == "best" and not path.is_file() and (folder / CHECKPOINT).is_file():
+        raise FileNotFoundError(f"{str(folder)!r} holds no {BEST} yet: it is written at the run's first evaluation "
+                                "(every --eval-every steps); use the latest checkpoint")
+    if not path.is_file() and (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{str(folder)!r} holds no {CHECKPOINT} but a config.json: it is a Hugging Face "
+                                "model folder, which GPT.from_pretrained reads")
+    state = read_run_checkpoint(path)
     try:
         config = ModelConfig(**state["model_config"])
         model = build_model(config, state.get("lora"))
         model.load_state_dict(state["model"])
     except (TypeError, RuntimeError, KeyError) as err:
-        raise ValueError(f"checkpoint {str(folder / CHECKPOINT)!r} does not describe a valid model ({err})") from None
+        raise ValueError(f"checkpoint {str(path)!r} does not describe a valid model ({err})") from None
     if lora_modules(model):  # a run stopped before its last step: fold its adapters in
         merge_lora(model)
     tokenizer = load_tokenizer(folder, state["tokenizer"])
+    model.tokenizer = tokenizer  # save_pretrained writes it beside the weights
     return Run(model.to(device).eval(), tokenizer, state, folder)

@@ -17,9 +17,11 @@ you give. Import from here (``from companion.data import toy_translation, TokenD
   key, and a corrupted answer for preference pairs.
 - :mod:`companion.data.markdown` -- ``paragraphs`` of a markdown page and ``tag_segments``: the pieces of a
   paragraph tagged English / Chinese / maths / code by its own markup (chapter 12's labelled data).
-- :mod:`companion.data.text` -- your own text (chapter 11, ``companion-train``): ``read_text_file``,
-  ``train_tokenizer`` / ``save_tokenizer`` / ``load_tokenizer``, the ids on disk (``write_token_file``) and
-  ``TokenData``, which serves random training windows and fixed validation windows from them.
+- :mod:`companion.data.text` -- your own text (chapter 11, ``companion-train``): ``read_text_file``, the ids on
+  disk (``write_token_file``) and ``TokenData``, which serves random training windows and fixed validation
+  windows from them.
+- :mod:`companion.data.text_tokenizer` -- the tokenizer of that text: ``default_vocab_size`` (from the script),
+  ``train_tokenizer`` / ``save_tokenizer`` / ``load_tokenizer``, ``token_bytes`` (the bytes each id spells).
 """
 
 from __future__ import annotations
@@ -42,20 +44,19 @@ from companion.data.instructions import (
 )
 from companion.data.markdown import TAGS, paragraphs, plain_text, tag_segments
 from companion.data.markov import MarkovSource, markov_source
-from companion.data.text import (
+from companion.data.text import VAL_FRACTION, TokenData, read_text_file, text_sha256, token_dtype, write_token_file
+from companion.data.text_tokenizer import (
+    DEFAULT_VOCAB,
     TOKENIZER_FILES,
-    VAL_FRACTION,
+    WIDE_SCRIPT_VOCAB,
     HFTokenizer,
-    TokenData,
     Tokenizer,
+    default_vocab_size,
     load_tokenizer,
-    read_text_file,
     save_tokenizer,
-    text_sha256,
-    token_dtype,
+    token_bytes,
     tokenizer_kind,
     train_tokenizer,
-    write_token_file,
 )
 from companion.data.translation import (
     BOS,
@@ -79,6 +80,7 @@ __all__ = [
     "translation_lexicon", "detokenize", "encode_batch", "char_corpus", "MarkovSource", "markov_source",
     "TOKENIZER_FILES", "VAL_FRACTION", "HFTokenizer", "TokenData", "Tokenizer", "load_tokenizer", "read_text_file",
     "save_tokenizer", "text_sha256", "token_dtype", "tokenizer_kind", "train_tokenizer", "write_token_file",
+    "DEFAULT_VOCAB", "WIDE_SCRIPT_VOCAB", "default_vocab_size", "token_bytes",
     "GLOSSARY_FAMILIES", "GlossaryTerm", "Instruction", "SelfCheckQuestion", "first_sentence",
     "glossary_instructions", "glossary_terms", "self_check_instructions", "self_check_questions", "split_by_key",
     "swap_adjacent_words", "translation_instructions", "TAGS", "paragraphs", "plain_text", "tag_segments",

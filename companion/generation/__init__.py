@@ -2,6 +2,8 @@
 
 - :mod:`companion.generation.sampling` -- choosing one token from logits: ``apply_temperature``,
   ``top_k_filter``, ``top_p_filter`` (Holtzman et al. 2020), ``pick_next``.
+- :mod:`companion.generation.utf8` -- ``Utf8Mask``: only tokens that keep a byte-level tokenizer's output valid
+  UTF-8 (a finite automaton over the pending partial character).
 - :mod:`companion.generation.decoding` -- the loop: the :class:`Decodable` protocol (what a model must offer),
   ``generate`` (greedy or sampled, with or without a KV cache), ``beam_search``, ``eval_mode``.
 - :mod:`companion.generation.adapters` -- what makes other models decodable: ``ConditionedDecoder`` (an
@@ -16,9 +18,10 @@ from companion.generation.adapters import BigramModel, ConditionedDecoder, Decod
 from companion.generation.decoding import Decodable, beam_search, eval_mode, generate
 from companion.generation.sampling import apply_temperature, pick_next, top_k_filter, top_p_filter
 from companion.generation.translate import translate
+from companion.generation.utf8 import Utf8Mask
 
 __all__ = [
     "BigramModel", "ConditionedDecoder", "Decodable", "DecodingConfig", "FunctionModel", "TokenHistory",
     "apply_temperature", "beam_search", "eval_mode", "generate", "pick_next", "top_k_filter", "top_p_filter",
-    "translate",
+    "translate", "Utf8Mask",
 ]  # fmt: skip

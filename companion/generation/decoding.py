@@ -33,6 +33,7 @@ from companion._checks import (
     check_token_ids,
 )
 from companion.generation.sampling import check_sampling, pick_next
+from companion.generation.utf8 import Utf8Mask
 
 __all__ = [
     "Decodable",
@@ -168,6 +169,7 @@ def generate(
     eos_id: int | None = None,
     use_cache: bool = True,
     generator: torch.Generator | int | None = None,
+    valid_utf8: Utf8Mask | None = None,
 ) -> Tensor:
     """Continue each prompt of ``ids`` by up to ``max_new_tokens`` tokens.
 
@@ -184,6 +186,9 @@ def generate(
             and generation stops early once every row is finished.
         use_cache: feed only the new token each step and reuse cached keys/values (same result, faster).
         generator: a ``torch.Generator`` or an int seed for reproducible sampling.
+        valid_utf8: for a byte-level tokenizer, a :class:`~companion.generation.utf8.Utf8Mask` of its tokens'
+            bytes: each step chooses only among tokens that keep the bytes valid UTF-8 and can still end on a
+            whole character, so the text decodes without U+FFFD (applied before temperature, top-k, top-p).
 
     Returns:
         the prompts followed by the new tokens, as int64.
@@ -198,10 +203,13 @@ def generate(
     max_seq_len = _check_decodable(model, use_cache=use_cache, who="generate")
     check_bool("use_cache", use_cache)
     check_sampling(temperature, top_k, top_p, greedy)
+    if valid_utf8 is not None and not isinstance(valid_utf8, Utf8Mask):
+        raise TypeError(f"valid_utf8 must be a companion.generation.Utf8Mask or None, got {type(valid_utf8).__name__}")
     vocab_size = _vocab_size(model)
     _check_prompt(ids, max_new_tokens, max_seq_len, vocab_size)
     _check_eos(eos_id, vocab_size)
     gen = _make_generator(generator, ids.device)
+    states = valid_utf8.start_states(ids) if valid_utf8 is not None else None  # (B,) the prompts' last characters
     ids = ids.long()
     b, t = ids.shape
     out = torch.empty(b, t + max_new_tokens, dtype=torch.long, device=ids.device)  # filled step by step
@@ -216,7 +224,11 @@ def generate(
             if step == 0:
                 _check_logits(logits, b, eos_id)
             logits = logits[:, -1, :]  # (B, V): only the last position predicts
+            if states is not None:  # only tokens that keep the bytes valid UTF-8 (and can finish in time)
+                logits = valid_utf8.mask_logits(logits, states, max_new_tokens - step)
             next_id = pick_next(logits, temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy, generator=gen)
+            if states is not None:
+                states = valid_utf8.advance(states, next_id)
             if eos_id is not None:
                 next_id = next_id.masked_fill(finished, eos_id)
                 finished |= next_id == eos_id

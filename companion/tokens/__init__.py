@@ -19,6 +19,8 @@ share one small interface, :class:`~companion.tokens.base.Tokenizer` (``encode``
   * :mod:`companion.tokens.bpe_train` -- the incremental trainer (recounts only around each merge);
   * :mod:`companion.tokens.bpe_import` -- merges and vocabularies from outside (bytes, GPT-2's files);
   * :mod:`companion.tokens.bpe_files` -- the companion file that ``save`` writes and ``load`` reads.
+* :mod:`companion.tokens.hf_export` -- ``to_hf_tokenizer``: a ``BPETokenizer`` or ``CharTokenizer`` as a Hugging
+  Face ``tokenizers.Tokenizer`` with the same ids (what ``tokenizer.json`` holds); ``END_OF_TEXT``.
 * :mod:`companion.tokens.wordpiece` -- ``WordPieceTokenizer``: greedy longest-match-first with ``##``
   continuation pieces, as in BERT (Devlin et al. 2019); inference only, from a given vocabulary.
 
@@ -36,9 +38,10 @@ from __future__ import annotations
 from companion.tokens.base import Tokenizer
 from companion.tokens.bpe import GPT2_SPLIT_PATTERN, GPT4_SPLIT_PATTERN, BPETokenizer, merge_pair
 from companion.tokens.char import CharTokenizer
+from companion.tokens.hf_export import END_OF_TEXT, to_hf_tokenizer
 from companion.tokens.wordpiece import WordPieceTokenizer
 
 __all__ = [
     "Tokenizer", "GPT2_SPLIT_PATTERN", "GPT4_SPLIT_PATTERN", "BPETokenizer", "merge_pair", "CharTokenizer",
-    "WordPieceTokenizer",
+    "WordPieceTokenizer", "END_OF_TEXT", "to_hf_tokenizer",
 ]

@@ -30,7 +30,7 @@ from torch import nn
 from companion._checks import check_positive_int
 from companion._files import atomic_write, check_writable_file
 
-__all__ = ["save_checkpoint", "load_checkpoint"]
+__all__ = ["save_checkpoint", "load_checkpoint", "read_torch_file"]
 
 
 _FORMAT = "companion-checkpoint-v1"
@@ -66,6 +66,24 @@ def _plain_config(config: Any) -> dict[str, Any]:
         raise TypeError(f"config must be a dataclass instance or a dict, got {type(config).__name__}")
     _check_plain("config", plain)
     return plain
+
+
+def read_torch_file(path: Path, writer: str) -> Any:
+    """``torch.load(path, weights_only=True)`` on the CPU; a file it cannot read is a ``ValueError`` naming the file
+    and what is wrong with it, written by ``writer`` if it is what it should be (``"save_checkpoint"``).
+
+    Torch's own message is left out: it advises loading with ``weights_only=False``, which runs whatever code a
+    foreign file holds, the one thing never to do with a file that fails here.
+    """
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises RuntimeError, EOFError, UnpicklingError... depending on the damage
+        if "Unsupported global" in str(err):
+            why = "it holds Python objects other than tensors, numbers, strings, lists and dicts, which are not loaded"
+        else:
+            why = "it is corrupt or truncated"
+        raise ValueError(f"{str(path)!r} cannot be read: {why} ({type(err).__name__}); expected a file written by "
+                         f"{writer}") from None
 
 
 def _unwrap(model: nn.Module) -> nn.Module:
@@ -131,10 +149,7 @@ def load_checkpoint(
         raise TypeError(f"model must be a torch.nn.Module or None, got {type(model).__name__}")
     if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer or None, got {type(optimizer).__name__}")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises RuntimeError, EOFError, UnpicklingError… depending on the damage
-        raise ValueError(f"checkpoint {str(path)!r} is corrupt or truncated and cannot be read: {err}") from err
+    state = read_torch_file(path, "save_checkpoint")
     if not isinstance(state, dict) or state.get("format") != _FORMAT:
         raise ValueError(f"{str(path)!r} is not a companion checkpoint (expected format={_FORMAT!r})")
     missing_keys = [k for k in _KEYS if k not in state]

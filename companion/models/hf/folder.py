@@ -29,6 +29,7 @@ from torch import Tensor
 from companion._files import atomic_write, atomic_write_text
 from companion.models.config import ModelConfig
 from companion.models.hf import deepseek_v3, gpt2, llama, mixtral, qwen3
+from companion.models.hf.tokenizer_files import as_hf_tokenizer, tokenizer_ids, write_tokenizer_files
 
 __all__ = ["FAMILIES", "family_of", "hf_config", "load_tokenizer", "read_folder", "read_weights", "write_folder"]
 
@@ -137,26 +138,39 @@ def write_folder(
     tokenizer: Any = None,
 ) -> None:
     """Write ``config.json`` and ``model.safetensors`` (``pytorch_model.bin`` with ``safe_serialization=False``)
-    for a model with ``config`` and state dict ``state`` (our names), plus ``tokenizer.json`` when a
-    ``tokenizers.Tokenizer`` is given. The folder is created if needed; each file is written atomically.
+    for a model with ``config`` and state dict ``state`` (our names), plus, when ``tokenizer`` is given (the
+    course's BPE or character tokenizer, or a ``tokenizers.Tokenizer``), ``tokenizer.json``,
+    ``tokenizer_config.json`` and ``generation_config.json`` (:mod:`companion.models.hf.tokenizer_files`).
+    The folder is created if needed; each file is written atomically.
 
-    Raises ``ValueError`` for a config that fits no family in :data:`FAMILIES`, before writing anything.
+    Raises, before writing anything: ``ValueError`` for a config that fits no family in :data:`FAMILIES`;
+    ``ModuleNotFoundError`` naming the package to install when ``safetensors`` (or, for a tokenizer,
+    ``tokenizers``) is missing.
     """
     kind = family_of(config)
     family = FAMILIES[kind]
     theirs = family.from_companion(state, config)
     # float32 copies on the CPU: safetensors refuses tensors that share memory (a tied head)
     theirs = {k: v.detach().to("cpu", torch.float32).contiguous().clone() for k, v in theirs.items()}
+    if safe_serialization:
+        try:
+            from safetensors.torch import save_file  # an optional dependency, needed for this format only
+        except ImportError:
+            raise ModuleNotFoundError("model.safetensors is written by the safetensors package, which is not "
+                                      "installed: pip install safetensors, or pass safe_serialization=False to write "
+                                      "pytorch_model.bin") from None
+    hf_tokenizer = as_hf_tokenizer(tokenizer) if tokenizer is not None else None
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if safe_serialization:
-        from safetensors.torch import save_file  # an optional dependency, needed for this format only
-
         with atomic_write(folder / "model.safetensors") as tmp:
             save_file(theirs, str(tmp), metadata={"format": "pt"})
     else:
         with atomic_write(folder / "pytorch_model.bin") as tmp:
             torch.save(theirs, tmp)
-    atomic_write_text(folder / "config.json", json.dumps(family.config_to_hf(config), indent=2, sort_keys=True) + "\n")
-    if tokenizer is not None:
-        atomic_write_text(folder / "tokenizer.json", tokenizer.to_str())
+    cfg = family.config_to_hf(config)
+    if hf_tokenizer is not None:
+        cfg.update(tokenizer_ids(hf_tokenizer))  # the beginning/end-of-text ids, as the tokenizer names them
+    atomic_write_text(folder / "config.json", json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    if hf_tokenizer is not None:
+        write_tokenizer_files(folder, hf_tokenizer, config)
