@@ -24,6 +24,13 @@ def softmax_ok(x, dim=-1):
     return e / e.sum(dim, keepdim=True)
 
 
+def stable_softmax_ok(x, dim=-1):
+    m = x.amax(dim, keepdim=True)
+    e = (x - m.masked_fill(m == float("-inf"), 0.0)).exp()  # a fully masked row: subtract 0, not -inf
+    s = e.sum(dim, keepdim=True)
+    return e / s.masked_fill(s == 0, 1.0)  # and give it zeros
+
+
 def softmax_in_place(x, dim=-1):  # modifies its input: the checker must hand each case a fresh copy
     x.sub_(x.amax(dim, keepdim=True)).exp_()
     return x / x.sum(dim, keepdim=True)
@@ -153,6 +160,8 @@ RIGHT = [
     ("softmax", softmax_ok, 6),
     ("softmax", softmax_in_place, 6),
     ("softmax", torch.softmax, 6),
+    ("stable_softmax", stable_softmax_ok, 7),
+    ("softmax", stable_softmax_ok, 6),
     ("scaled_dot_product_attention", attention_ok, 6),
     ("scaled_dot_product_attention", attention_mask_then_renormalise, 6),
     ("split_heads", split_ok, 4),
@@ -302,6 +311,8 @@ def top_p_drops_crossing_token(logits, p):
 WRONG = [
     ("softmax", softmax_wrong_axis, "wrong axis"),
     ("softmax", softmax_no_max, "subtract the row max before exp"),
+    ("stable_softmax", torch.softmax, "must give zeros, not NaN"),
+    ("stable_softmax", softmax_ok, "must give zeros, not NaN"),
     ("scaled_dot_product_attention", attention_no_scale, "divide the scores by √d_k"),
     ("scaled_dot_product_attention", attention_mask_after_softmax, "BEFORE the softmax"),
     ("scaled_dot_product_attention", attention_inverted_mask, "True = may attend"),

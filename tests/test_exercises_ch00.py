@@ -8,12 +8,15 @@ from companion.exercises.testing import assert_fails, assert_passes
 
 
 def test_attention_rnn_flop_ratio() -> None:
-    """Derived by hand: attention 2·(2·B·T²·D), RNN T·(2·B·2·D²); the ratio is T / D = 1024 / 64 = 16."""
-    assert_passes("attention_rnn_flop_ratio", 16)
-    assert_fails("attention_rnn_flop_ratio", 4, "grows with the sequence length")
-    assert_fails("attention_rnn_flop_ratio", 256, "you squared the ratio")
-    assert_fails("attention_rnn_flop_ratio", 1 / 16, "upside down")
-    assert_fails("attention_rnn_flop_ratio", 1024, "d does not cancel")
+    """Derived by hand: attention 4·(2·B·T·D²) + 2·(2·B·T²·D), RNN T·(2·B·2·D²); the ratio is
+    2 + T / D = 2 + 1024 / 64 = 18."""
+    assert_passes("attention_rnn_flop_ratio", 18)
+    assert_fails("attention_rnn_flop_ratio", 16, "four projections")
+    assert_fails("attention_rnn_flop_ratio", 6, "grows with the sequence length")
+    assert_fails("attention_rnn_flop_ratio", 17.5, "the output projection")
+    assert_fails("attention_rnn_flop_ratio", 258, "you squared")
+    assert_fails("attention_rnn_flop_ratio", 1 / 18, "upside down")
+    assert_fails("attention_rnn_flop_ratio", 1026, "d does not cancel")
     assert_fails("attention_rnn_flop_ratio", 20, "too high")
 
 
@@ -68,7 +71,7 @@ def test_checks_leave_the_global_rng_alone() -> None:
     torch.manual_seed(0)
     expected = torch.rand(3)
     torch.manual_seed(0)
-    assert_passes("attention_rnn_flop_ratio", 16)
+    assert_passes("attention_rnn_flop_ratio", 18)
     assert_passes("pipeline_shapes", shapes_ok)
     assert_passes("sublayer_count", 30)
     assert torch.equal(torch.rand(3), expected)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from companion.exercises.ch01_tokens import WORDPIECE_CHOICES, WORDPIECE_WORDS
@@ -108,22 +109,47 @@ def test_byte_ids() -> None:
     assert_fails("byte_ids", lambda text: [list(c.encode()) for c in text], "flatten")
 
 
+def _likelihood_gain(words: list[str], pair: tuple[str, str]) -> float:
+    """Exact change of the unigram log-likelihood sum n_x log(n_x / N) when pair becomes one piece."""
+
+    def log_likelihood(counts: Counter) -> float:
+        n = sum(counts.values())
+        return sum(c * math.log(c / n) for c in counts.values() if c)
+
+    merged = Counter(p for w in words for p in merge_pair(list(w), *pair, "".join(pair)))
+    return log_likelihood(merged) - log_likelihood(Counter(c for w in words for c in w))
+
+
 def test_wordpiece_first_merge() -> None:
-    """The choice is WordPiece's argmax of count(ab) / (count(a) count(b)); the wrong ones are other rules."""
+    """The choice is the argmax of Hugging Face's count(ab) / (count(a) count(b)); each wrong one is another rule,
+    among them the likelihood gain of Schuster and Nakajima, which picks 'a r' (d)."""
     words = [w for w, n in WORDPIECE_WORDS.items() for _ in range(n)]
     pairs = Counter(p for w in words for p in zip(w, w[1:]))
     units = Counter(c for w in words for c in w)
     rules = {
-        "c": lambda p: pairs[p] / (units[p[0]] * units[p[1]]),  # WordPiece
+        "c": lambda p: pairs[p] / (units[p[0]] * units[p[1]]),  # Hugging Face's ratio
         "a": lambda p: pairs[p],  # BPE
         "b": lambda p: pairs[p] / units[p[0]],
-        "d": lambda p: pairs[p] / units[p[1]],
+        "d": lambda p: _likelihood_gain(words, p),  # the likelihood gain
     }
     for letter, rule in rules.items():
         ranked = sorted(pairs, key=rule, reverse=True)
         assert rule(ranked[0]) > rule(ranked[1]), f"rule {letter} has a tie"
         assert ranked[0] == WORDPIECE_CHOICES[letter], (letter, ranked[0])
+    assert round(_likelihood_gain(words, ("a", "r")), 2) == 14.35  # the numbers the hint quotes
+    assert round(_likelihood_gain(words, ("r", "c")), 2) == 5.07
     assert_passes("wordpiece_first_merge", "c")
     assert_fails("wordpiece_first_merge", "a", "bpe's rule")
     assert_fails("wordpiece_first_merge", "b", "divided by count(a) only")
-    assert_fails("wordpiece_first_merge", "d", "divided by count(b) only")
+    assert_fails("wordpiece_first_merge", "d", "likelihood gain picks")
+
+
+def test_wordpiece_rules_on_the_chapters_word_list() -> None:
+    """Chapter 1's hug/pug/pun/bun/hugs list: the count and the likelihood gain merge 'u g' first, Hugging Face's
+    ratio 'g s' (the chapter's claim that the ratio is not a shortcut to the likelihood)."""
+    words = ["hug"] * 10 + ["pug"] * 5 + ["pun"] * 12 + ["bun"] * 4 + ["hugs"] * 5
+    pairs = Counter(p for w in words for p in zip(w, w[1:]))
+    units = Counter(c for w in words for c in w)
+    assert max(pairs, key=pairs.get) == ("u", "g")
+    assert max(pairs, key=lambda p: _likelihood_gain(words, p)) == ("u", "g")
+    assert max(pairs, key=lambda p: pairs[p] / (units[p[0]] * units[p[1]])) == ("g", "s")

@@ -13,15 +13,30 @@ from companion.exercises.testing import assert_fails, assert_passes
 
 
 def softmax_ok(x, dim=-1):
+    m = x.amax(dim, keepdim=True)
+    e = (x - m.masked_fill(m == float("-inf"), 0.0)).exp()  # an all -inf row: subtract 0, not -inf
+    s = e.sum(dim, keepdim=True)
+    return e / s.masked_fill(s == 0, 1.0)  # 0 / 1 = 0 on that row
+
+
+def softmax_max_only(x, dim=-1):  # stable for large scores, NaN on a row that is entirely -inf
     e = (x - x.amax(dim, keepdim=True)).exp()
     return e / e.sum(dim, keepdim=True)
 
 
 def test_softmax() -> None:
-    assert_passes("softmax", softmax_ok)
-    assert_fails("softmax", lambda x, dim=-1: x.exp() / x.exp().sum(dim, keepdim=True), ["as is", "row max"])
-    assert_fails("softmax", lambda x, dim=-1: softmax_ok(x, 0), "wrong axis")
-    assert_fails("softmax", lambda x, dim=-1: softmax_ok(x, -1), "ignored the `dim` argument")
+    """"softmax" (also used by chapters 7 and 10) has a finite score in every row; "stable_softmax" (chapter 3's
+    exercise) adds a row that is entirely -inf, which must give zeros."""
+    for name in ("softmax", "stable_softmax"):
+        assert_passes(name, softmax_ok)
+        assert_passes(name, lambda x, dim=-1: torch.softmax(x, dim).nan_to_num(0.0))
+        assert_fails(name, lambda x, dim=-1: x.exp() / x.exp().sum(dim, keepdim=True), ["as is", "row max"])
+        assert_fails(name, lambda x, dim=-1: softmax_ok(x, 0), "wrong axis")
+        assert_fails(name, lambda x, dim=-1: softmax_ok(x, -1), "ignored the `dim` argument")
+    assert_passes("softmax", softmax_max_only)
+    assert_passes("softmax", torch.softmax)
+    assert_fails("stable_softmax", softmax_max_only, ["entirely -inf", "not NaN"])
+    assert_fails("stable_softmax", torch.softmax, "torch.softmax gives NaN")
 
 
 def attention_ok(q, k, v, mask=None):

@@ -2,8 +2,8 @@
 pipeline, what runs once and what runs per token, and how many sub-layers the 2017 model stacks.
 
 References: ``torch.utils.flop_counter.FlopCounterMode`` counts the FLOPs of the chapter's two functions (an
-``nn.RNNCell`` loop and one attention pass); :class:`companion.models.Transformer` gives the shapes and the
-sub-layer count (one LayerNorm per post-norm sub-layer).
+``nn.RNNCell`` loop and one attention layer, projections included); :class:`companion.models.Transformer` gives
+the shapes and the sub-layer count (one LayerNorm per post-norm sub-layer).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ FLOP_B, FLOP_T, FLOP_D = 1, 1024, 64  # the configuration of the exercise
 
 
 def _flop_ratio() -> float:
-    """FLOPs of one attention pass over those of the RNN loop, both counted by PyTorch's FLOP counter."""
+    """FLOPs of one attention layer (projections and core) over those of the RNN loop, both counted by
+    PyTorch's FLOP counter."""
     from torch.utils.flop_counter import FlopCounterMode
 
     x = torch.randn(FLOP_B, FLOP_T, FLOP_D, generator=seeded(0))
@@ -36,9 +37,12 @@ def _flop_ratio() -> float:
             h = cell(x[:, t], h)
         return h
 
+    w = {name: torch.randn(FLOP_D, FLOP_D, generator=seeded(1)) for name in "qkvo"}  # W_Q, W_K, W_V, W_O
+
     def attention(x: torch.Tensor) -> torch.Tensor:
-        scores = x @ x.transpose(-2, -1) / FLOP_D**0.5  # (B, T, T)
-        return torch.softmax(scores, dim=-1) @ x  # (B, T, D)
+        q, k, v = x @ w["q"], x @ w["k"], x @ w["v"]  # (B, T, D) each
+        scores = q @ k.transpose(-2, -1) / FLOP_D**0.5  # (B, T, T)
+        return (torch.softmax(scores, dim=-1) @ v) @ w["o"]  # (B, T, D)
 
     counts = []
     with torch.no_grad():
@@ -53,14 +57,18 @@ ATTENTION_RNN_FLOP_RATIO = value_check(
     "attention_rnn_flop_ratio",
     _flop_ratio,
     description=f"FLOPs of attention_forward / FLOPs of rnn_forward at B={FLOP_B}, T={FLOP_T}, D={FLOP_D}",
-    hint="attention: two (T, D) x (D, T)-sized products, 2·(2·B·T·T·D); RNN: T steps of two (B, D) x (D, D) "
-    "products, T·(2·B·2·D·D). Divide, and most factors cancel.",
+    hint="attention: four (D, D) projections of T tokens, 4·(2·B·T·D·D), plus its core, two (T, D) x (D, T)-sized "
+    "products, 2·(2·B·T·T·D); RNN: T steps of two (B, D) x (D, D) products, T·(2·B·2·D·D). Divide, and most "
+    "factors cancel.",
     signature="a number (attention FLOPs divided by RNN FLOPs)",
     mistakes={
-        4: "that is the chapter's ratio at T = 256; the ratio is T / D, so it grows with the sequence length.",
-        256: "you squared the ratio: attention costs T²·D, the RNN T·D², so the ratio is T / D, not (T / D)².",
-        1 / 16: "upside down: that is the RNN's FLOPs over attention's.",
-        1024: "T alone: the RNN's cost per step grows with D², attention's with T·D, so D does not cancel.",
+        16: "that is the attention core (QKᵀ and AV) alone, T / D; the layer also pays for its four projections "
+        "W_Q, W_K, W_V, W_O, which add 2.",
+        6: "that is the chapter's ratio at T = 256; the core's part, T / D, grows with the sequence length.",
+        17.5: "you counted three projections; the output projection W_O makes four: 2 + T / D.",
+        258: "you squared the core's ratio: attention's core costs T²·D, the RNN T·D², so it adds T / D, not (T / D)².",
+        1 / 18: "upside down: that is the RNN's FLOPs over attention's.",
+        1026: "T alone: the RNN's cost per step grows with D², attention's core with T·D, so D does not cancel.",
     },
     rtol=1e-3,
 )

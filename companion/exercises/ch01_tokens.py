@@ -1,9 +1,10 @@
 """Chapter 1 (tokens) checks: one BPE merge step, BPE training, the vocabulary size after k merges, the byte
-ids of byte-level BPE, and WordPiece's merge score.
+ids of byte-level BPE, and the pair Hugging Face's WordPiece ratio merges first.
 
 References: :func:`companion.tokens.merge_pair` (the merge step of :class:`companion.tokens.BPETokenizer`),
 ``BPETokenizer.train`` and its ``merge_history`` and ``vocab_size``, and ``BPETokenizer.encode`` with no merges
-(the 256 byte ids). The WordPiece choice is checked against its scores in tests/test_exercises_ch01.py.
+(the 256 byte ids). The WordPiece choice is checked against its scores, and against the likelihood gain
+that picks another pair, in tests/test_exercises_ch01.py.
 """
 
 from __future__ import annotations
@@ -192,8 +193,8 @@ def _train_cases() -> list[Case]:
             ),
             (
                 _train_wrong(words, n, tie="first"),
-                "a tie was broken by the first pair found: take the smallest "
-                "pair among the most frequent, min(counts, key=lambda p: (-counts[p], p)).",
+                "a tie was broken by the first pair found (minbpe's rule); this exercise asks for the "
+                "smallest pair among the most frequent, min(counts, key=lambda p: (-counts[p], p)).",
             ),
             (_train_wrong(words, n, first_id=255), "new ids start at 256, right after the 256 byte ids."),
             (_train_wrong(words, n, first_id=0), "new ids start at 256: ids 0-255 are already the bytes."),
@@ -318,14 +319,15 @@ WORDPIECE_FIRST_MERGE = choice_check(
     "wordpiece_first_merge",
     "c",
     tuple(WORDPIECE_CHOICES),
-    description="which pair WordPiece merges first in arc x5, pat x9, tar x6, cat x3",
+    description="which pair Hugging Face's WordPiece ratio ranks first in arc x5, pat x9, tar x6, cat x3",
     hint="score every adjacent pair by count(ab) / (count(a) · count(b)), counting single letters over all words.",
     mistakes={
-        "a": "'a t' is the most frequent pair (12): that is BPE's rule, not WordPiece's score.",
+        "a": "'a t' is the most frequent pair (12): that is BPE's rule, not the ratio "
+        "count(ab) / (count(a) · count(b)).",
         "b": "'p a' has count(ab) / count(a) = 1 (every p is followed by a): you divided by count(a) only; "
-        "WordPiece divides by count(b) too, and a occurs 23 times.",
-        "d": "'a r' has count(ab) / count(b) = 1 (every r follows an a): you divided by count(b) only; "
-        "WordPiece divides by count(a) too, and a occurs 23 times.",
+        "the ratio divides by count(b) too, and a occurs 23 times.",
+        "d": "'a r' is what the likelihood gain picks (Schuster and Nakajima's rule, 14.35 against 5.07 for 'r c'), "
+        "not the ratio asked here: count(ab) / (count(a) · count(b)) also divides by count(a) = 23.",
     },
 )
 

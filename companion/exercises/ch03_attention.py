@@ -1,4 +1,5 @@
-"""Chapter 3 (attention) checks: softmax, scaled dot-product attention, weights by hand, the scale, the cost.
+"""Chapter 3 (attention) checks: softmax (and stable_softmax, which adds a fully masked row), scaled dot-product
+attention, weights by hand, the scale, the cost.
 
 References: :func:`companion.attention.softmax`, :func:`companion.attention.scaled_dot_product_attention`
 (also for the weights computed by hand, and, through ``torch.utils.flop_counter``, for the FLOP count),
@@ -17,6 +18,11 @@ from companion.exercises._runner import Case, Check, choice_check, seeded, value
 CHAPTER = "03_attention"
 
 _STABLE = "subtract the row max before exp — exp(1000) overflows to inf, and inf / inf is NaN."
+_DEAD = (
+    "a row that is entirely -inf (every key masked) must give zeros, not NaN: its max is -inf and "
+    "-inf - (-inf) is NaN (torch.softmax gives NaN there too). Subtract 0 on such rows "
+    "(max.masked_fill(max == -inf, 0)) and divide by 1 where the sum is 0."
+)
 # Every attention-shaped check (chapters 3, 8, 9) names this mistake in these words.
 QUERY_AXIS = (
     "normalise over the keys, the last axis of the (..., T, S) scores (softmax(dim=-1)), not over the "
@@ -24,7 +30,7 @@ QUERY_AXIS = (
 )
 
 
-def _softmax_cases() -> list[Case]:
+def _softmax_cases(dead_row: bool = False) -> list[Case]:
     from companion.attention import softmax
 
     g = seeded(0)
@@ -36,8 +42,17 @@ def _softmax_cases() -> list[Case]:
     last = {"dim": -1}  # passed explicitly, so that fn(x, dim) without a default works too
     inf = float("-inf")
     masked = torch.tensor([[inf, 2.0, inf, inf], [0.5, inf, 1.5, inf], [inf, inf, inf, -7.0]])
+    dead = torch.tensor([[0.5, -1.0, 2.0], [inf, inf, inf], [3.0, inf, 0.0]])  # row 1: every key masked
     wrong_axis = "you normalised along the wrong axis: sum over `dim` (keepdim=True); each slice sums to 1."
-    return [
+    dead_case = Case(
+        "a fully masked row (all -inf)",
+        (dead,),
+        softmax(dead, dim=-1),  # zeros on the dead row: nothing to attend to
+        kwargs=last,
+        hint=_DEAD,
+        mistakes=[(torch.softmax(dead, dim=-1), _DEAD)],  # NaN on the dead row, as max-subtraction alone gives
+    )
+    cases = [
         Case("random rows", (x,), softmax(x, dim=-1), kwargs=last, mistakes=[(softmax(x, 0), wrong_axis)]),
         Case(
             "dim=0",
@@ -66,6 +81,9 @@ def _softmax_cases() -> list[Case]:
         ),
         Case("single token", (one,), torch.ones(3, 1), kwargs=last, hint="softmax of one number is 1."),
     ]
+    if dead_row:  # chapter 3's exercise also asks for zeros on a row with nothing to attend to
+        cases.insert(-1, dead_case)
+    return cases
 
 
 SOFTMAX = Check(
@@ -74,6 +92,14 @@ SOFTMAX = Check(
     description="numerically stable softmax along any dimension",
     hint="softmax(x) = exp(x - max) / sum(exp(x - max)) along `dim`, with keepdim=True.",
     make_cases=_softmax_cases,
+)
+STABLE_SOFTMAX = Check(
+    name="stable_softmax",
+    signature="fn(x, dim=-1) -> Tensor (same shape and dtype as x)",
+    description="the softmax check plus a fully masked (all -inf) row, which must give zeros (chapter 3)",
+    hint="softmax(x) = exp(x - max) / sum(exp(x - max)) along `dim`, with keepdim=True; a row that is all "
+    "-inf gives zeros.",
+    make_cases=lambda: _softmax_cases(dead_row=True),
 )
 
 
@@ -231,4 +257,4 @@ ATTENTION_FLOPS = value_check(
     rtol=0.02,
 )
 
-CHECKS = [SOFTMAX, ATTENTION, WEIGHTS_BY_HAND, SCALE_CHOICE, ATTENTION_FLOPS]
+CHECKS = [SOFTMAX, STABLE_SOFTMAX, ATTENTION, WEIGHTS_BY_HAND, SCALE_CHOICE, ATTENTION_FLOPS]
