@@ -116,7 +116,8 @@ def speculative_generate(
 
     Returns:
         ``(ids, accepted)``: the prompt followed by the new tokens, (1, T + n) with n <= max_new_tokens, and
-        for each round (one target pass) how many of the draft's tokens were kept.
+        for each round (one target pass) how many of the draft's tokens were accepted. The draft stops
+        proposing after ``eos_id``, so an accepted end token is the last one kept.
 
     Raises:
         TypeError, ValueError: as :func:`~companion.generation.decoding.generate`; also ``n_draft < 1``, a
@@ -140,10 +141,13 @@ def speculative_generate(
         while seq.size(1) - ids.size(1) < max_new_tokens:
             k = min(n_draft, max_new_tokens - (seq.size(1) - ids.size(1)) - 1)  # room for the round's last token
             x, q_rows = seq, []
-            for _ in range(k):  # the draft proposes k tokens, one at a time
+            for _ in range(k):  # the draft proposes up to k tokens, one at a time
                 q_i = _probs(draft(x)[:, -1], temperature, greedy)  # (1, V)
                 x = torch.cat([x, torch.multinomial(q_i, 1, generator=gen)], dim=1)  # one-hot when greedy: argmax
                 q_rows.append(q_i)
+                if eos_id is not None and int(x[0, -1]) == eos_id:  # nothing follows an end token
+                    break
+            k = len(q_rows)
             logits = target(x)  # (1, T + k, V): one pass scores all k proposals and the position after them
             if not accepted:
                 _check_logits(logits, 1, eos_id)
@@ -156,8 +160,7 @@ def speculative_generate(
             n_acc = int(n_acc)
             new = torch.cat([x[:, seq.size(1) : seq.size(1) + n_acc], next_id[:, None]], dim=1)  # (1, n_acc + 1)
             accepted.append(n_acc)
-            if eos_id is not None and bool((new == eos_id).any()):
-                stop = int((new[0] == eos_id).nonzero()[0]) + 1  # keep up to the first eos
-                return torch.cat([seq, new[:, :stop]], dim=1), accepted
+            if eos_id is not None and bool((new == eos_id).any()):  # an accepted eos or the target's own
+                return torch.cat([seq, new[:, : int((new[0] == eos_id).nonzero()[0]) + 1]], dim=1), accepted
             seq = torch.cat([seq, new], dim=1)
     return seq, accepted
