@@ -165,6 +165,8 @@ def generate(
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
+    min_p: float | None = None,
+    repetition_penalty: float | None = None,
     greedy: bool = False,
     eos_id: int | None = None,
     use_cache: bool = True,
@@ -181,6 +183,9 @@ def generate(
         temperature: logits are divided by it before sampling (ignored when ``greedy``).
         top_k: sample only among the ``top_k`` most likely tokens.
         top_p: sample only among the smallest set of tokens whose probability reaches ``top_p``.
+        min_p: sample only among the tokens at least ``min_p`` times as likely as the most likely one.
+        repetition_penalty: > 1 makes every token already in the sequence (prompt included) less likely,
+            greedy or sampled (CTRL's rule, :func:`~companion.generation.sampling.apply_repetition_penalty`).
         greedy: take the argmax instead of sampling.
         eos_id: a row that produced ``eos_id`` is finished; it is padded with ``eos_id`` afterwards,
             and generation stops early once every row is finished.
@@ -196,13 +201,14 @@ def generate(
     Raises:
         TypeError: a model without the :class:`Decodable` interface, ids that are not integer.
         ValueError: empty prompt, prompt (plus new tokens) longer than ``max_seq_len``, temperature <= 0
-            while sampling, ``top_k < 1``, ``top_p`` outside (0, 1], ``eos_id`` outside the vocabulary.
+            while sampling, ``top_k < 1``, ``top_p`` outside (0, 1], ``min_p`` outside [0, 1],
+            ``repetition_penalty <= 0``, ``eos_id`` outside the vocabulary.
 
     Shapes: ids (B, T) -> (B, T + n) with n <= max_new_tokens.
     """
     max_seq_len = _check_decodable(model, use_cache=use_cache, who="generate")
     check_bool("use_cache", use_cache)
-    check_sampling(temperature, top_k, top_p, greedy)
+    check_sampling(temperature, top_k, top_p, greedy, min_p, repetition_penalty)
     if valid_utf8 is not None and not isinstance(valid_utf8, Utf8Mask):
         raise TypeError(f"valid_utf8 must be a companion.generation.Utf8Mask or None, got {type(valid_utf8).__name__}")
     vocab_size = _vocab_size(model)
@@ -226,7 +232,8 @@ def generate(
             logits = logits[:, -1, :]  # (B, V): only the last position predicts
             if states is not None:  # only tokens that keep the bytes valid UTF-8 (and can finish in time)
                 logits = valid_utf8.mask_logits(logits, states, max_new_tokens - step)
-            next_id = pick_next(logits, temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy, generator=gen)
+            next_id = pick_next(logits, temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy, generator=gen,
+                                min_p=min_p, repetition_penalty=repetition_penalty, previous=out[:, : t + step])
             if states is not None:
                 states = valid_utf8.advance(states, next_id)
             if eos_id is not None:

@@ -1,10 +1,15 @@
-"""Choosing the next token from logits: temperature, top-k, top-p (nucleus), and the pick itself.
+"""Choosing the next token from logits: temperature, top-k, top-p (nucleus), min-p, a repetition penalty,
+and the pick itself.
 
 Pure functions on logits (..., V), shared by :func:`companion.generation.generate` and chapter 9.
 References: Holtzman et al. 2020, "The Curious Case of Neural Text Degeneration" (top-p); Fan et al. 2018
-(top-k). The filters follow Hugging Face ``TopKLogitsWarper`` / ``TopPLogitsWarper``: ties at the k-th logit
-are kept, and top-p keeps the smallest set of most likely tokens whose probabilities reach ``p``
-(tests/test_generation.py checks both against ``transformers``).
+(top-k); Nguyen et al. 2024, "Turning Up the Heat: Min-p Sampling" (min-p); Keskar et al. 2019, CTRL (the
+repetition penalty). The functions follow Hugging Face's ``TopKLogitsWarper``, ``TopPLogitsWarper``,
+``MinPLogitsWarper`` and ``RepetitionPenaltyLogitsProcessor``: ties at the k-th logit are kept, top-p keeps
+the smallest set of most likely tokens whose probabilities reach ``p``, min-p keeps the tokens at least
+``min_p`` times as likely as the most likely one, and the penalty divides a seen token's positive logit (or
+multiplies its negative one) by ``penalty`` once, however often it was seen (tests/test_sampling.py checks
+all four against ``transformers``).
 """
 
 from __future__ import annotations
@@ -12,9 +17,19 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from companion._checks import check_bool, check_positive_float, check_positive_int, check_probability
+from companion._checks import (
+    check_bool,
+    check_positive_float,
+    check_positive_int,
+    check_probability,
+    check_tensor,
+    check_token_ids,
+)
 
-__all__ = ["apply_temperature", "pick_next", "top_k_filter", "top_p_filter", "check_sampling"]
+__all__ = [
+    "apply_temperature", "pick_next", "top_k_filter", "top_p_filter", "min_p_filter", "apply_repetition_penalty",
+    "check_sampling",
+]  # fmt: skip
 
 
 # --- pure helpers on logits (..., V) -------------------------------------------------------------
@@ -58,7 +73,52 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
-def check_sampling(temperature: float, top_k: int | None, top_p: float | None, greedy: bool) -> None:
+def min_p_filter(logits: Tensor, min_p: float) -> Tensor:
+    """Min-p filter: keep the tokens whose probability is at least ``min_p`` times the largest one's.
+
+    The bar moves with the model's confidence: when one token holds 0.9 and ``min_p=0.1``, only tokens above
+    0.09 stay; when the best holds 0.05, every token above 0.005 stays. The most likely token is always kept;
+    ``min_p=0`` keeps everything.
+
+    Shapes: logits (..., V) -> (..., V).
+    """
+    check_probability("min_p", min_p)
+    probs = torch.softmax(logits.float(), dim=-1)  # float32: the bar is a ratio of probabilities
+    bar = min_p * probs.amax(dim=-1, keepdim=True)  # (..., 1)
+    return logits.masked_fill(probs < bar, float("-inf"))
+
+
+def apply_repetition_penalty(logits: Tensor, previous: Tensor, penalty: float) -> Tensor:
+    """Make every token already in ``previous`` less likely (``penalty > 1``) or more likely (``< 1``).
+
+    A seen token's logit z becomes z / penalty if z > 0 and z · penalty otherwise (CTRL's rule, as Hugging
+    Face applies it): once per token, however many times it occurs. ``penalty=1`` changes nothing.
+
+    Shapes: logits (B, V), previous (B, T) integer ids -> (B, V).
+    """
+    check_positive_float("repetition_penalty", penalty)
+    check_tensor("logits", logits, ndim=2)
+    check_token_ids("previous", previous, ndim=2, vocab_size=logits.size(-1))
+    if previous.size(0) != logits.size(0):
+        raise ValueError(f"previous has {previous.size(0)} rows but logits has {logits.size(0)}; expected equal")
+    return _penalise(logits, previous.long(), penalty)
+
+
+def _penalise(logits: Tensor, previous: Tensor, penalty: float) -> Tensor:
+    """:func:`apply_repetition_penalty` without the checks (inside the decoding loop: no read-back per step)."""
+    seen = logits.gather(-1, previous)  # (B, T): the logits of the tokens seen so far
+    seen = torch.where(seen > 0, seen / penalty, seen * penalty)
+    return logits.scatter(-1, previous, seen)  # a token seen twice is written twice, with the same value
+
+
+def check_sampling(
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    greedy: bool,
+    min_p: float | None = None,
+    repetition_penalty: float | None = None,
+) -> None:
     check_bool("greedy", greedy)
     if not greedy:
         check_positive_float("temperature", temperature)
@@ -66,6 +126,10 @@ def check_sampling(temperature: float, top_k: int | None, top_p: float | None, g
         check_positive_int("top_k", top_k)
     if top_p is not None:
         check_probability("top_p", top_p, allow_zero=False)
+    if min_p is not None:
+        check_probability("min_p", min_p)
+    if repetition_penalty is not None:
+        check_positive_float("repetition_penalty", repetition_penalty)
 
 
 def pick_next(
@@ -76,8 +140,17 @@ def pick_next(
     top_p: float | None,
     greedy: bool,
     generator: torch.Generator | None,
+    min_p: float | None = None,
+    repetition_penalty: float | None = None,
+    previous: Tensor | None = None,
 ) -> Tensor:
-    """Next token for each row of ``logits`` (B, V) -> (B,)."""
+    """Next token for each row of ``logits`` (B, V) -> (B,).
+
+    In Hugging Face's order: the ``repetition_penalty`` on the ids in ``previous`` (B, T) first, then the
+    greedy argmax, or temperature, top-k, top-p and min-p before the draw.
+    """
+    if repetition_penalty is not None:
+        logits = _penalise(logits, previous, repetition_penalty)  # previous: ids the caller checked
     if greedy:
         return logits.argmax(dim=-1)
     logits = apply_temperature(logits.float(), temperature)
@@ -85,5 +158,7 @@ def pick_next(
         logits = top_k_filter(logits, top_k)
     if top_p is not None:
         logits = top_p_filter(logits, top_p)
+    if min_p is not None:
+        logits = min_p_filter(logits, min_p)
     probs = torch.softmax(logits, dim=-1)  # (B, V)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)

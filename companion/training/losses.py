@@ -1,7 +1,9 @@
 """Losses: the small adapters between a batch and a scalar loss, one per kind of training.
 
 - ``lm_loss`` / ``seq2seq_loss``: teacher forcing (the model reads the true previous tokens and predicts the
-  next one at every position), padding left out of the cross-entropy (``ignore_index``).
+  next one at every position), padding left out of the cross-entropy (``ignore_index``): the mean is over the
+  real target tokens of the batch. ``label_smoothing=ε`` scores every position against (1 − ε)·one-hot + ε/V
+  instead of the one-hot target (Szegedy et al. 2016; Vaswani et al. 2017 use ε = 0.1).
 - ``mlm_loss``: BERT's masked-LM loss, scored only where ``mask_tokens`` chose a token; the MLM head runs on
   those positions alone.
 - ``classification_loss``: one label per sequence (``SequenceClassifier``, ``ViT``) or per token
@@ -9,7 +11,8 @@
 
 The log-softmax runs in float32 even for a half-precision model. Checked in ``tests/test_training.py`` and
 ``tests/test_heads.py``: the losses equal ``F.cross_entropy`` on hand-shifted targets, on a teacher-forced
-forward and on the full MLM logits, and extra padding changes nothing.
+forward and on the full MLM logits, and extra padding changes nothing; ``tests/test_label_smoothing.py``: the
+smoothed loss equals its formula written out.
 """
 
 from __future__ import annotations
@@ -20,18 +23,18 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from companion._checks import check_labels, check_tensor
+from companion._checks import check_labels, check_probability, check_tensor
 
 __all__ = ["LossFn", "classification_loss", "lm_loss", "mlm_loss", "seq2seq_loss"]
 
 LossFn = Callable[[nn.Module, Any], Tensor]  # (model, batch) -> scalar loss: the type of train's loss_fn
 
 
-def lm_loss(model: nn.Module, batch: Tensor, *, pad_id: int | None = None) -> Tensor:
+def lm_loss(model: nn.Module, batch: Tensor, *, pad_id: int | None = None, label_smoothing: float = 0.0) -> Tensor:
     """Next-token cross-entropy of a decoder-only model on ``batch`` (B, T + 1).
 
     The model reads ``batch[:, :-1]`` and is scored on ``batch[:, 1:]`` (targets shifted by one).
-    Positions whose target is ``pad_id`` are ignored.
+    Positions whose target is ``pad_id`` are ignored; ``label_smoothing`` as in the module docstring.
     Shapes: batch (B, T + 1) -> scalar.
     """
     check_tensor("batch", batch, ndim=2)
@@ -40,14 +43,17 @@ def lm_loss(model: nn.Module, batch: Tensor, *, pad_id: int | None = None) -> Te
                          "(one input and one target token at least)")
     inputs, targets = batch[:, :-1], batch[:, 1:]  # (B, T), (B, T)
     logits = model(inputs)  # (B, T, V)
-    return _cross_entropy(logits, targets, pad_id)
+    return _cross_entropy(logits, targets, pad_id, label_smoothing)
 
 
-def seq2seq_loss(model: nn.Module, batch: tuple[Tensor, Tensor], *, pad_id: int = 0) -> Tensor:
+def seq2seq_loss(
+    model: nn.Module, batch: tuple[Tensor, Tensor], *, pad_id: int = 0, label_smoothing: float = 0.0
+) -> Tensor:
     """Teacher-forced cross-entropy of an encoder–decoder on ``(src, tgt)``.
 
     ``tgt`` is ``<bos> y_1 … y_n <eos> <pad>…``: the decoder reads ``tgt[:, :-1]`` and predicts ``tgt[:, 1:]``;
-    padded source positions are masked out of attention, padded targets out of the loss.
+    padded source positions are masked out of attention, padded targets out of the loss (the mean is over
+    the real target tokens); ``label_smoothing`` as in the module docstring.
     Shapes: src (B, S), tgt (B, T + 1) -> scalar.
     """
     from companion.masks import padding_mask
@@ -62,7 +68,7 @@ def seq2seq_loss(model: nn.Module, batch: tuple[Tensor, Tensor], *, pad_id: int 
     src_padding = padding_mask(src, pad_id)  # (B, 1, 1, S): True = a real token
     memory = model.encode(src, src_padding)  # (B, S, D)
     logits = model.decode(tgt[:, :-1], memory, src_padding)  # (B, T, V); the third argument: padding of memory
-    return _cross_entropy(logits, tgt[:, 1:], pad_id)
+    return _cross_entropy(logits, tgt[:, 1:], pad_id, label_smoothing)
 
 
 def mlm_loss(model: nn.Module, batch: tuple[Tensor, ...]) -> Tensor:
@@ -110,8 +116,10 @@ def _unpack(batch: tuple[Tensor, ...]) -> tuple[Tensor, Tensor, Tensor | None]:
     return inputs, labels, batch[2] if len(batch) == 3 else None
 
 
-def _cross_entropy(logits: Tensor, targets: Tensor, pad_id: int | None) -> Tensor:
+def _cross_entropy(logits: Tensor, targets: Tensor, pad_id: int | None, label_smoothing: float) -> Tensor:
+    check_probability("label_smoothing", label_smoothing, allow_one=False)
     v = logits.size(-1)
     ignore = -100 if pad_id is None else pad_id
     # float32 for the log-softmax even when the model runs in half precision
-    return F.cross_entropy(logits.reshape(-1, v).float(), targets.reshape(-1), ignore_index=ignore)  # (B*T, V)
+    return F.cross_entropy(logits.reshape(-1, v).float(), targets.reshape(-1), ignore_index=ignore,
+                           label_smoothing=label_smoothing)  # (B*T, V) -> scalar
