@@ -209,7 +209,8 @@ class ResidualBlock(nn.Module):
     placement="pre"  (GPT-2, Llama):          x + dropout(sublayer(norm(x)))
     placement="post" (Vaswani et al. 2017):   norm(x + dropout(sublayer(x)))
 
-    Pre-norm keeps an identity path from input to output, so deep stacks train without warm-up;
+    Pre-norm keeps an identity path from input to output, so deep stacks tolerate a short warm-up (or none at
+    small scale; large pre-norm models still warm up);
     post-norm normalises the sum, so its gradients shrink or grow with depth.
     """
 

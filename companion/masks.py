@@ -1,4 +1,4 @@
-"""Attention masks: causal, padding, sliding-window, and how to combine them.
+"""Attention masks: causal, padding, sliding-window, document (packed sequences), and how to combine them.
 
 Convention (the same as ``torch.nn.functional.scaled_dot_product_attention``'s boolean ``attn_mask``):
 
@@ -17,7 +17,8 @@ causal mask and a ``(B, 1, 1, S)`` padding mask combine into ``(B, 1, T, S)``.
 Reference checked against: the ``attn_mask`` semantics of ``torch.nn.functional.scaled_dot_product_attention``
 (``tests/test_masks.py``, ``tests/test_attention.py``); the sliding window follows Mistral 7B
 (Jiang et al., 2023): each query sees the ``window`` most recent keys, itself included; attention sinks
-follow StreamingLLM (Xiao et al., 2024).
+follow StreamingLLM (Xiao et al., 2024). The document mask of packed sequences is checked against attention on
+each document separately (``tests/test_masks.py``).
 """
 
 from __future__ import annotations
@@ -25,9 +26,17 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from companion._checks import check_positive_int, check_tensor, check_token_ids
+from companion._checks import check_bool, check_positive_int, check_tensor, check_token_ids
 
-__all__ = ["causal_mask", "check_sinks", "combine_masks", "padding_mask", "sliding_window_mask", "to_additive"]
+__all__ = [
+    "causal_mask",
+    "check_sinks",
+    "combine_masks",
+    "document_mask",
+    "padding_mask",
+    "sliding_window_mask",
+    "to_additive",
+]
 
 
 def to_additive(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -151,6 +160,43 @@ def padding_mask(
         raise TypeError(f"pad_id must be an int, got {pad_id!r} ({type(pad_id).__name__})")
     keep = (ids != pad_id)[:, None, None, :]  # (B, 1, 1, S)
     return _finish(keep, additive, dtype)
+
+
+def document_mask(
+    doc_ids: Tensor, *, causal: bool = True, additive: bool = False, dtype: torch.dtype = torch.float32
+) -> Tensor:
+    """Mask for *packed* sequences: each query sees only keys of its own document (and, if ``causal``, none after it).
+
+    Packing puts several short documents into one row of T tokens instead of padding each to T. ``doc_ids[t]``
+    names the document of position t (positions with the same id are one document; usually
+    ``0, 0, 0, 1, 1, 2, …``). Query i may see key j iff ``doc_ids[j] == doc_ids[i]`` (and ``j <= i`` if
+    ``causal``): for contiguous documents a block-diagonal mask with one causal block per document, so that
+    attention over the packed row computes what attention over each document alone would.
+
+    Example (doc_ids = [0, 0, 1, 1, 1], causal)::
+
+        [[T, F, F, F, F],
+         [T, T, F, F, F],
+         [F, F, T, F, F],
+         [F, F, T, T, F],
+         [F, F, T, T, T]]
+
+    Shapes:
+        doc_ids: (T,) or (B, T) integer -> returns (T, T) or (B, 1, T, T) (broadcast over heads), boolean
+        (``True`` = may attend), or float 0/-inf if ``additive``.
+
+    Raises:
+        TypeError: ``doc_ids`` not an integer tensor, ``causal`` not a bool.
+        ValueError: ``doc_ids`` empty or not 1-D or 2-D.
+    """
+    check_token_ids("doc_ids", doc_ids, ndim=(1, 2))
+    check_bool("causal", causal)
+    same = doc_ids.unsqueeze(-1) == doc_ids.unsqueeze(-2)  # (..., T, T): the query's document is the key's
+    if causal:
+        same = same & causal_mask(doc_ids.shape[-1], device=doc_ids.device)  # (..., T, T)
+    if doc_ids.ndim == 2:
+        same = same.unsqueeze(1)  # (B, 1, T, T)
+    return _finish(same, additive, dtype)
 
 
 def combine_masks(*masks: Tensor | None) -> Tensor | None:

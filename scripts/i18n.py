@@ -175,11 +175,26 @@ _URL = re.compile(r"https?://[^\s)>\]]+")
 _NUMBERED_TARGET = re.compile(r"<([^<>\s]+)>`")  # {ref}`text <target>`
 
 
+_TEXT_IN_MATH = re.compile(r"\\text\s*\{(?:[^{}]|\{[^{}]*\})*\}")  # \text{…}, one level of braces inside
+
+
+def math_key(formula: str) -> str:
+    """A formula as the check compares it: the words inside its ``\\text{…}`` are prose and may be translated
+    (``\\text{K and V}`` → ``\\text{K 和 V}``); every other character of the formula must stay as it is."""
+    return _TEXT_IN_MATH.sub(r"\\text{…}", formula)
+
+
 def markup(text: str) -> dict[str, Counter]:
-    """The parts of a message that must survive translation unchanged."""
-    rest = text
+    """The parts of a message that must survive translation unchanged.
+
+    A display-math block (a message that starts with a newline, as Sphinx extracts ``$$ … $$``) is one formula;
+    in any formula only the words of ``\\text{…}`` may change (:func:`math_key`)."""
     found: dict[str, Counter] = {}
-    found["math"] = Counter(m.group(0) for m in _MATH.finditer(rest))
+    if text.startswith("\n"):
+        found["math"] = Counter({math_key(text.strip()): 1})
+        return found
+    rest = text
+    found["math"] = Counter(math_key(m.group(0)) for m in _MATH.finditer(rest))
     rest = _MATH.sub(" ", rest)
     roles = [m.group(0) for m in _ROLE.finditer(rest)]
     # A {ref}/{numref}/{doc} role may have its text translated; its target may not.

@@ -94,6 +94,33 @@ def test_the_markup_check_accepts_a_faithful_translation() -> None:
     assert i18n.markup_problems(english, chinese) == []
 
 
+@pytest.mark.parametrize(
+    ("english", "chinese"),
+    [
+        ("$2\\,(\\text{K and V}) \\times L$ bytes", "$2\\,(\\text{K 和 V}) \\times L$ 字节"),
+        ("$\\theta_i = \\text{base}^{-2i/d}$", "$\\theta_i = \\text{基数}^{-2i/d}$"),
+        ("\nM_{ij} = 0 \\quad\\text{(key $j$ is not after query $i$)}\n",
+         "\nM_{ij} = 0 \\quad\\text{（键 $j$ 不在查询 $i$ 之后）}\n"),
+    ],
+)
+def test_words_inside_text_in_math_may_be_translated(english: str, chinese: str) -> None:
+    """Inline or display: the prose of ``\\text{…}`` is translated like the sentence around it."""
+    assert i18n.markup_problems(english, chinese) == []
+
+
+@pytest.mark.parametrize(
+    ("english", "chinese"),
+    [
+        ("$2\\,(\\text{K and V}) \\times L$ bytes", "$2\\,(\\text{K 和 V}) \\times 2L$ 字节"),   # the formula changed
+        ("$\\text{KV} = 2LT$", "$\\mathrm{KV} = 2LT$"),                                     # \text{} itself dropped
+        ("\nM_{ij} = 0 \\quad\\text{(key $j$)}\n", "\nM_{ji} = 0 \\quad\\text{（键 $j$）}\n"),  # display math too
+        ("write `\\text{bytes}` in the caption", "在标题里写 `\\text{字节}`"),                # outside math: code
+    ],
+)
+def test_everything_else_in_a_formula_must_stay(english: str, chinese: str) -> None:
+    assert i18n.markup_problems(english, chinese) != []
+
+
 def test_a_role_written_as_inline_code_is_code() -> None:
     found = i18n.markup("MyST's `:::` and `{cite}`, and a real one {cite}`notesA`")
     assert found["code"] == Counter({"`:::`": 1, "`{cite}`": 1})

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from companion.masks import causal_mask, combine_masks, padding_mask, sliding_window_mask, to_additive
+from companion.masks import causal_mask, combine_masks, document_mask, padding_mask, sliding_window_mask, to_additive
 
 
 def test_causal_mask_small_example() -> None:
@@ -110,3 +110,53 @@ def test_combine_skips_none() -> None:
 def test_bad_arguments_raise_clear_errors(call, error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
         call()
+
+
+# ------------------------------------------------------------------------------ packed sequences: document_mask
+
+
+def test_document_mask_small_example() -> None:
+    """doc_ids [0, 0, 1, 1, 1]: one causal block per document, nothing across documents (the docstring's example)."""
+    expected = torch.block_diag(causal_mask(2), causal_mask(3))
+    assert torch.equal(document_mask(torch.tensor([0, 0, 1, 1, 1])), expected)
+    assert torch.equal(document_mask(torch.tensor([0, 0, 1, 1, 1]), causal=False),
+                       torch.block_diag(torch.ones(2, 2, dtype=torch.bool), torch.ones(3, 3, dtype=torch.bool)))
+
+
+def test_one_document_is_the_causal_mask() -> None:
+    assert torch.equal(document_mask(torch.full((6,), 7)), causal_mask(6))
+    assert torch.equal(document_mask(torch.zeros(6, dtype=torch.long), additive=True), causal_mask(6, additive=True))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("lengths", [[3, 1, 4], [1, 1, 1, 1], [5], [2, 6]])
+def test_packed_attention_equals_attention_on_each_document(lengths: list[int], causal: bool) -> None:
+    """The reason for the mask: attention over the packed row equals attention over each document alone."""
+    torch.manual_seed(sum(lengths))
+    t = sum(lengths)
+    q, k, v = torch.randn(3, 2, t, 8).unbind(0)  # (H, T, D_h) each
+    doc_ids = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))  # (T,)
+    packed = F.scaled_dot_product_attention(q, k, v, attn_mask=document_mask(doc_ids, causal=causal))
+    pieces, start = [], 0
+    for n in lengths:
+        part = slice(start, start + n)
+        pieces.append(F.scaled_dot_product_attention(q[:, part], k[:, part], v[:, part], is_causal=causal))
+        start += n
+    assert_close(packed, torch.cat(pieces, dim=1))
+
+
+def test_batched_document_ids_give_one_mask_per_row() -> None:
+    doc_ids = torch.tensor([[0, 0, 1, 1], [0, 1, 2, 2]])
+    mask = document_mask(doc_ids)
+    assert mask.shape == (2, 1, 4, 4)
+    for b in range(2):
+        assert torch.equal(mask[b, 0], document_mask(doc_ids[b]))
+
+
+def test_document_mask_rejects_bad_input() -> None:
+    with pytest.raises(TypeError, match="doc_ids"):
+        document_mask(torch.tensor([0.0, 1.0]))
+    with pytest.raises(ValueError, match="doc_ids"):
+        document_mask(torch.zeros(1, 2, 3, dtype=torch.long))
+    with pytest.raises(TypeError, match="causal"):
+        document_mask(torch.tensor([0, 1]), causal="yes")
