@@ -187,11 +187,13 @@ def math_key(formula: str) -> str:
 def markup(text: str) -> dict[str, Counter]:
     """The parts of a message that must survive translation unchanged.
 
-    A display-math block (a message that starts with a newline, as Sphinx extracts ``$$ … $$``) is one formula;
-    in any formula only the words of ``\\text{…}`` may change (:func:`math_key`)."""
+    A display-math block (a message that starts with a newline, as Sphinx extracts ``$$ … $$``) is one formula
+    that must stay exactly as it is: Sphinx's gettext step turns a translated display block into a literal
+    ``\\[::\\]`` on the page, so its words move to the prose around it. In inline maths only the words of
+    ``\\text{…}`` may change (:func:`math_key`)."""
     found: dict[str, Counter] = {}
     if text.startswith("\n"):
-        found["math"] = Counter({math_key(text.strip()): 1})
+        found["math"] = Counter({text.strip(): 1})
         return found
     rest = text
     found["math"] = Counter(math_key(m.group(0)) for m in _MATH.finditer(rest))
