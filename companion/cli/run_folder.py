@@ -159,7 +159,8 @@ class Run:
 
 
 def load_run(folder: str | Path, device: str | torch.device = "cpu") -> Run:
-    """The model and tokenizer of the run in ``folder`` (its last checkpoint).
+    """The model and tokenizer of the run in ``folder`` (its last checkpoint). The model is built with
+    ``decode_layout`` (the same weights, laid out for fast decoding; :mod:`companion.packing`).
 
     Raises ``FileNotFoundError`` (no folder, no checkpoint, tokenizer file missing) or ``ValueError``
     (a corrupt checkpoint, or weights that do not fit its own config).
@@ -170,7 +171,7 @@ def load_run(folder: str | Path, device: str | torch.device = "cpu") -> Run:
     state = read_run_checkpoint(folder / CHECKPOINT)
     try:
         config = ModelConfig(**state["model_config"])
-        model = GPT(config)
+        model = GPT(config.replace(decode_layout=True))  # the same weights, laid out for fast decoding
         model.load_state_dict(state["model"])
     except (TypeError, RuntimeError) as err:
         raise ValueError(f"checkpoint {str(folder / CHECKPOINT)!r} does not describe a valid model ({err})") from None

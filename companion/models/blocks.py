@@ -158,7 +158,7 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.self_attn = _attention(config, rope)
         self.self_attn_block = _residual(config)
-        self.cross_attn = _attention(config, None) if cross_attention else None  # no RoPE across sequences
+        self.cross_attn = _attention(config, None, cross=True) if cross_attention else None  # no RoPE across sequences
         self.cross_attn_block = _residual(config) if cross_attention else None
         self.ffn = make_ffn(config.activation, config.d_model, config.d_ff, bias=config.bias, dropout=config.dropout)
         self.ffn_block = _residual(config)
@@ -194,10 +194,10 @@ class DecoderLayer(nn.Module):
         return self.ffn_block(x, self.ffn)
 
 
-def _attention(config: ModelConfig, rope: RotaryEmbedding | None) -> MultiHeadAttention:
+def _attention(config: ModelConfig, rope: RotaryEmbedding | None, *, cross: bool = False) -> MultiHeadAttention:
     return MultiHeadAttention(
         config.d_model, config.n_heads, config.n_kv_heads, bias=config.bias, dropout=config.dropout,
-        rope=rope, use_sdpa=config.use_sdpa,
+        rope=rope, use_sdpa=config.use_sdpa, fused_qkv=config.decode_layout and not cross,
     )  # fmt: skip
 
 

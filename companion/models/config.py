@@ -77,6 +77,7 @@ class ModelConfig:
     embed_scale: bool = False  # multiply token embeddings by sqrt(d_model) (2017, section 3.4)
     use_sdpa: bool = False  # attention through torch's fused scaled_dot_product_attention (same numbers, faster)
     fused_norm: bool = False  # norms through torch's one-kernel F.layer_norm / F.rms_norm (same numbers, faster)
+    decode_layout: bool = False  # weights stored (in, out), q/k/v in one matrix: faster decoding (same state_dict)
 
     def __post_init__(self) -> None:
         for name, kind in _FIELD_KINDS.items():  # types first: numpy scalars become Python numbers
@@ -212,7 +213,7 @@ _FIELD_KINDS = {
     **dict.fromkeys(_OPTIONAL_INTS, "int?"),
     **dict.fromkeys(("norm_eps", "rope_base", "rope_factor", "dropout"), float),
     **dict.fromkeys(("final_norm", "embed_norm", "tie_embeddings", "bias", "embed_scale", "use_sdpa"), bool),
-    "fused_norm": bool,
+    **dict.fromkeys(("fused_norm", "decode_layout"), bool),
     **dict.fromkeys(("norm", "norm_placement", "activation", "positions", "rope_pairing"), str),
     "rope_scaling": "str?",
 }
