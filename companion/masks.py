@@ -16,7 +16,8 @@ causal mask and a ``(B, 1, 1, S)`` padding mask combine into ``(B, 1, T, S)``.
 
 Reference checked against: the ``attn_mask`` semantics of ``torch.nn.functional.scaled_dot_product_attention``
 (``tests/test_masks.py``, ``tests/test_attention.py``); the sliding window follows Mistral 7B
-(Jiang et al., 2023): each query sees the ``window`` most recent keys, itself included.
+(Jiang et al., 2023): each query sees the ``window`` most recent keys, itself included; attention sinks
+follow StreamingLLM (Xiao et al., 2024).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from torch import Tensor
 
 from companion._checks import check_positive_int, check_tensor, check_token_ids
 
-__all__ = ["causal_mask", "combine_masks", "padding_mask", "sliding_window_mask", "to_additive"]
+__all__ = ["causal_mask", "check_sinks", "combine_masks", "padding_mask", "sliding_window_mask", "to_additive"]
 
 
 def to_additive(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -93,6 +94,7 @@ def sliding_window_mask(
     window: int,
     s: int | None = None,
     *,
+    n_sinks: int = 0,
     additive: bool = False,
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
@@ -102,14 +104,35 @@ def sliding_window_mask(
     Query ``i`` (absolute position ``p = i + (s - t)``) may see key ``j`` iff ``p - window < j <= p``.
     ``window >= s`` gives back :func:`causal_mask`.
 
+    ``n_sinks`` (StreamingLLM's *attention sinks*, Xiao et al. 2024): the first ``n_sinks`` positions stay
+    visible to every later query, and the window keeps ``window - n_sinks`` recent keys besides them, so a
+    query still sees at most ``window`` keys: key ``j`` is visible iff ``j <= p`` and (``j < n_sinks`` or
+    ``p - j < window - n_sinks``). This is what a :class:`~companion.attention.RollingKVCache` of
+    ``window`` slots holds.
+
     Shapes:
         returns (T, S), boolean (``True`` = may attend), or float 0/-inf if ``additive``.
+
+    Raises:
+        ValueError: ``window`` < 1, or ``n_sinks`` < 0 or >= ``window`` (no room left for recent keys).
     """
     s = _key_length(t, s)
     check_positive_int("window", window)
+    check_sinks(n_sinks, window)
     p = torch.arange(t, device=device).unsqueeze(1) + (s - t)  # (T, 1)
     j = torch.arange(s, device=device).unsqueeze(0)  # (1, S)
-    return _finish((j <= p) & (j > p - window), additive, dtype)
+    recent = j > p - (window - n_sinks)  # (T, S): the window - n_sinks most recent keys
+    return _finish((j <= p) & (recent | (j < n_sinks)), additive, dtype)
+
+
+def check_sinks(n_sinks: int, window: int) -> None:
+    """``ValueError`` unless 0 <= ``n_sinks`` < ``window``: the sinks share the window with >= 1 recent key."""
+    check_positive_int("n_sinks", n_sinks, allow_zero=True)
+    if n_sinks >= window:
+        raise ValueError(
+            f"n_sinks={n_sinks} is not smaller than the window={window}; expected 0 <= n_sinks < window "
+            "(the sinks share the window's slots with at least one recent key)"
+        )
 
 
 def padding_mask(

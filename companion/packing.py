@@ -58,13 +58,15 @@ def packed_weight(*linears: nn.Linear) -> tuple[Tensor, Tensor | None] | None:
 
     Shapes: returns matrix (in, N) and bias (N,) or None, with N = sum of the layers' out_features.
     """
-    first, first_bias = linears[0]._parameters["weight"], linears[0]._parameters["bias"]
+    first, first_bias = linears[0]._parameters.get("weight"), linears[0]._parameters.get("bias")
+    if first is None:  # not an nn.Linear (a LoRA adapter in its place, say)
+        return None
     n = sum(lin.out_features for lin in linears)
     size = first.element_size()
     at, bias_at = first.data_ptr(), None if first_bias is None else first_bias.data_ptr()  # where layer i should start
     for lin in linears:
-        w, b = lin._parameters["weight"], lin._parameters["bias"]
-        if w.data_ptr() != at or w.stride() != (1, n) or (b is None) != (bias_at is None):
+        w, b = lin._parameters.get("weight"), lin._parameters.get("bias")
+        if w is None or w.data_ptr() != at or w.stride() != (1, n) or (b is None) != (bias_at is None):
             return None
         if b is not None and (b.data_ptr() != bias_at or b.stride() != (1,)):
             return None

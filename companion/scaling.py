@@ -2,7 +2,9 @@
 
 - ``count_parameters(config, family)``: the parameter count of ``companion.models.GPT`` / ``Transformer`` /
   ``Encoder`` from the config alone, term by term (tests check it equals the modules' ``numel`` for every
-  preset; GPT-2 small = 124,439,808, as Hugging Face ``GPT2LMHeadModel`` reports).
+  preset; GPT-2 small = 124,439,808, as Hugging Face ``GPT2LMHeadModel`` reports). ``active=True`` counts what
+  one token passes through in a mixture-of-experts model: k of the E routed experts (Mixtral 8x7B: 46.7B
+  total, 12.9B active; DeepSeek-V3: 671B, 37B; chapter 14), without building the model.
 - ``training_flops``: C ≈ 6 N D (Kaplan et al. 2020, §2.1; Hoffmann et al. 2022): 2 N per token forward,
   4 N backward.
 - ``forward_flops_per_token``: 2 FLOPs per multiply–add of every weight matrix, plus attention's
@@ -10,6 +12,7 @@
   ``torch.utils.flop_counter.FlopCounterMode`` on a real forward pass.
 - ``kv_cache_bytes``: 2 (K and V) × layers × K/V heads × head width × tokens × batch × bytes per value.
   Llama-2 7B at 4,096 tokens in fp16: exactly 2 GiB per sequence; GQA with 8 K/V heads: a quarter.
+  ``cache_bytes_per_token(config)`` reads the same from a config, and counts MLA's latent + RoPE key instead.
 - ``fit_power_law``: L(N) = E + A·N^(−α) by Levenberg–Marquardt in NumPy (no SciPy), with standard errors
   from the covariance s²(JᵀJ)⁻¹ of the linearised problem.
 
@@ -30,7 +33,7 @@ from companion._checks import check_choice, check_positive_int
 
 __all__ = [
     "count_parameters", "training_flops", "forward_flops_per_token", "kv_cache_bytes", "PowerLawFit",
-    "fit_power_law", "compute_optimal_split",
+    "fit_power_law", "compute_optimal_split", "cache_bytes_per_token",
 ]
 
 FAMILIES = ("gpt", "transformer", "encoder")
@@ -45,25 +48,53 @@ def _linear(d_in: int, d_out: int, bias: bool) -> int:
 
 
 def _attention_params(config: Any) -> int:
-    d, d_q, d_kv = config.d_model, config.n_heads * config.head_dim, config.n_kv_heads * config.head_dim
-    b = config.bias
-    return _linear(d, d_q, b) + 2 * _linear(d, d_kv, b) + _linear(d_q, d, b)  # q, k, v, o projections
+    d, b = config.d_model, config.bias
+    if getattr(config, "kv_rank", None) is not None:  # MLA (chapter 14): low-rank queries and keys/values
+        h, r, rope = config.n_heads, config.kv_rank, config.rope_head_dim
+        qk = config.nope_head_dim + rope
+        q = d * h * qk  # full-rank queries, or down, norm and up:
+        if config.q_rank is not None:
+            q = _linear(d, config.q_rank, b) + config.q_rank + config.q_rank * h * qk
+        kv = _linear(d, r + rope, b) + r + r * h * (config.nope_head_dim + config.v_head_dim)  # down, norm, up
+        return q + kv + _linear(h * config.v_head_dim, d, b)
+    d_q, d_kv = config.n_heads * config.head_dim, config.n_kv_heads * config.head_dim
+    qk_norm = 2 * config.head_dim if getattr(config, "qk_norm", False) else 0  # one gain vector each for q and k
+    return _linear(d, d_q, b) + 2 * _linear(d, d_kv, b) + _linear(d_q, d, b) + qk_norm  # q, k, v, o projections
 
 
-def _ffn_params(config: Any) -> int:
+def _ffn_params(config: Any, width: int | None = None) -> int:
+    width = config.d_ff if width is None else width
     n_in = 2 if config.activation == "swiglu" else 1  # SwiGLU has gate_proj and up_proj
-    return n_in * _linear(config.d_model, config.d_ff, config.bias) + _linear(config.d_ff, config.d_model, config.bias)
+    return n_in * _linear(config.d_model, width, config.bias) + _linear(width, config.d_model, config.bias)
 
 
-def count_parameters(config: Any, family: str = "gpt", *, embeddings: bool = True) -> int:
+def _moe_params(config: Any, active: bool) -> int:
+    """One mixture-of-experts FFN: the router, the routed experts (k of them if ``active``), the shared ones."""
+    routed = config.n_experts_per_token if active else config.n_experts
+    shared = _ffn_params(config, config.n_shared_experts * config.d_expert) if config.n_shared_experts else 0
+    return config.d_model * config.n_experts + routed * _ffn_params(config, config.d_expert) + shared
+
+
+def _ffn_total(config: Any, n_layers: int, active: bool) -> int:
+    """The FFNs of ``n_layers`` decoder layers: dense ones first, then mixtures of experts if the config has them."""
+    n_moe = max(n_layers - config.n_dense_layers, 0) if getattr(config, "n_experts", 0) else 0
+    return (n_layers - n_moe) * _ffn_params(config) + n_moe * _moe_params(config, active)
+
+
+def count_parameters(config: Any, family: str = "gpt", *, embeddings: bool = True, active: bool = False) -> int:
     """Parameters of ``companion.models.<GPT|Transformer|Encoder>(config)``, counted from the config.
 
     ``family``: "gpt" (decoder-only), "transformer" (encoder–decoder, one shared vocabulary) or
     "encoder" (BERT-style with its masked-LM head). A tied output matrix counts once.
     ``embeddings=False`` leaves out the token and position tables (and an untied output matrix): the
     "non-embedding" N of Kaplan et al. 2020, the N of the scaling laws.
+    ``active=True``: the parameters one token uses in a mixture-of-experts GPT, i.e. k of the E routed experts
+    of each MoE layer (with the router and the shared experts); the same as the total for a dense model.
+    Nothing is allocated: DeepSeek-V3's 671B are counted from its config in microseconds.
     """
     check_choice("family", family, FAMILIES)
+    if not isinstance(active, bool):
+        raise TypeError(f"active must be a bool, got {active!r} ({type(active).__name__})")
     d, v = config.d_model, config.vocab_size
     norm = _norm_params(config)
     table = v * d + (config.max_seq_len * d if config.positions == "learned" else 0)  # token (+ position) rows
@@ -73,7 +104,8 @@ def count_parameters(config: Any, family: str = "gpt", *, embeddings: bool = Tru
     final = norm if config.final_norm else 0
     output = 0 if config.tie_embeddings or not embeddings else v * d  # lm_head (no bias) unless tied
     if family == "gpt":
-        return total + config.n_layers * self_layer + final + output
+        layers = config.n_layers * (_attention_params(config) + 2 * norm) + _ffn_total(config, config.n_layers, active)
+        return total + layers + final + output
     if family == "transformer":
         cross_layer = self_layer + _attention_params(config) + norm  # + cross-attention and its residual norm
         return total + config.n_encoder_layers * self_layer + config.n_decoder_layers * cross_layer + 2 * final + output
@@ -119,12 +151,28 @@ def forward_flops_per_token(config: Any, seq_len: int) -> float:
     FFN, output head), plus attention itself: QKᵀ and the weighted sum of V each cost 2·seq_len·(H·D_h)
     per layer when a query sees ``seq_len`` keys (the full matrix is computed, then masked; a causal model
     needs only half of it on average). Embedding lookups, norms and softmax are left out (O(D), small).
+    Written for multi-head attention (MLA's attention term differs; its projections are counted right).
     """
     check_positive_int("seq_len", seq_len)
-    weights_per_layer = _attention_params(config.replace(bias=False)) + _ffn_params(config.replace(bias=False))
-    matmul = config.n_layers * weights_per_layer + config.d_model * config.vocab_size
+    plain = config.replace(bias=False)
+    # a mixture of experts costs what one token passes through: k routed experts, the shared ones, the router
+    matmul = config.n_layers * _attention_params(plain) + _ffn_total(plain, config.n_layers, active=True)
+    matmul += config.d_model * config.vocab_size
     attention = config.n_layers * 2 * seq_len * config.n_heads * config.head_dim  # QKᵀ and AV, multiply-adds
     return 2.0 * (matmul + attention)
+
+
+def cache_bytes_per_token(config: Any, bytes_per_value: int = 2) -> int:
+    """Bytes one token adds to the cache of ``companion.models.GPT(config)``, over all layers.
+
+    Multi-head, grouped-query and multi-query attention store a key and a value per K/V head:
+    2 · layers · H_kv · D_h values. Multi-head latent attention (``config.kv_rank``) stores the latent and the
+    shared RoPE key: layers · (kv_rank + rope_head_dim) values. DeepSeek-V3 in bf16: 61 · 576 · 2 = 70,272 bytes.
+    """
+    check_positive_int("bytes_per_value", bytes_per_value)
+    if getattr(config, "kv_rank", None) is not None:
+        return config.n_layers * (config.kv_rank + config.rope_head_dim) * bytes_per_value
+    return kv_cache_bytes(config.n_layers, config.n_kv_heads, config.head_dim, 1, 1, bytes_per_value)
 
 
 def kv_cache_bytes(

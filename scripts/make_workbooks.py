@@ -7,7 +7,9 @@ A workbook is its chapter with the solutions taken out, for a learner to work in
 - every ``:::{solution}`` directive is cut out of the markdown (a cell left empty is dropped), every cell
   tagged ``solution`` is dropped, and so is everything between ``:::{solution-start}`` and ``:::{solution-end}``;
 - cells tagged ``exercise`` (the stub, the buggy attempt, ``my_prediction = None`` ...) are kept with their
-  ``check(...)`` call, but without outputs or execution count: the learner has not run them yet.
+  ``check(...)`` call, but without outputs or execution count: the learner has not run them yet;
+- what the chapter says about its own solutions ("the solutions are folded away below each exercise") is
+  said as it is true of the workbook: they are in the chapter (:data:`CHAPTER_ONLY`).
 
 The output is deterministic: the same chapter always gives a byte-identical workbook (no timestamps; the
 format nbformat and JupyterLab write). ``tests/test_workbooks.py`` regenerates every workbook in memory
@@ -32,6 +34,13 @@ OUT = ROOT / "workbooks"
 _SOLUTION = re.compile(r"^\s*(:{3,}|`{3,})\{solution\}", re.M)
 _GATE_START = re.compile(r"^\s*(:{3,}|`{3,})\{solution-start\}")
 _GATE_END = re.compile(r"^\s*(:{3,}|`{3,})\{solution-end\}")
+# What a chapter says about where its solutions are, and what its workbook says instead.
+CHAPTER_ONLY = [
+    (
+        re.compile(r"the\s+solutions?\s+(?:is|are)\s+folded\s+away\s+below\s+each\s+exercise", re.I),
+        "the solutions are not in this workbook but in the chapter (see the note at the top)",
+    ),
+]
 
 
 def chapters() -> list[pathlib.Path]:
@@ -71,9 +80,10 @@ def _note(chapter: pathlib.Path, title: str) -> dict:
         "with a hint. Run the cells from the top: the first one installs the `companion` package where it is "
         "missing.\n"
         ">\n"
-        f"> The solutions are in the chapter itself (`{rel}` in the course repository, or its page in the HTML "
-        "book), in each exercise's *Solution* dropdown. To see which exercises you have solved, save this file "
-        "and run `python -m companion.exercises progress` with its path."
+        f"> **Where the solutions are:** in the chapter itself, `{rel}` (in JupyterLab started by `make lab`, "
+        "the `book` folder beside this one; or the chapter's page in the HTML book), in a collapsed cell and a "
+        "*Solution* dropdown below each exercise. To see which exercises you have solved, save this file and run "
+        "`python -m companion.exercises progress` with its path."
     )
     return {"cell_type": "markdown", "id": "workbook-note", "metadata": {}, "source": nbtools._lines(text)}
 
@@ -121,6 +131,12 @@ def make_workbook(chapter: pathlib.Path) -> str:
         cell = copy.deepcopy(cell)
         if cell["cell_type"] == "markdown" and _SOLUTION.search(text):
             cell["source"] = nbtools._lines(strip_solutions(text))
+        if cell["cell_type"] == "markdown":
+            text = nbtools.source(cell)
+            for pattern, instead in CHAPTER_ONLY:
+                text = pattern.sub(instead, text)
+            if text != nbtools.source(cell):
+                cell["source"] = nbtools._lines(text)
         if cell["cell_type"] == "code" and "exercise" in cell.get("metadata", {}).get("tags", []):
             cell["outputs"] = []
             cell["execution_count"] = None

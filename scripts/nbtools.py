@@ -5,8 +5,11 @@
   then. The repository URL is read from ``_config.yml`` (``repository: url:``), the one place it is set.
   It never runs ``pip install companion``: that name on PyPI is an unrelated package.
 - :func:`apply`: inserts (or refreshes) that snippet, collapses the solution cells (tag ``solution`` ->
-  ``metadata.jupyter.source_hidden``), gives cells without an id a stable one, and sets the notebook
-  metadata to what JupyterLab writes on save.
+  ``metadata.jupyter.source_hidden``) and opens each with a line that gives nothing away (JupyterLab shows a
+  collapsed cell's first line), records each exercise's form in its cells' metadata (read by
+  ``python -m companion.exercises progress``), writes citations as links JupyterLab can show (see
+  ``book/_ext/citations.py``), gives cells without an id a stable one, and sets the notebook metadata to
+  what JupyterLab writes on save.
 - :func:`set_kernel_metadata`: ``kernelspec`` of the kernel that runs the chapters (as JupyterLab 4 stores
   it: ``display_name`` "Python 3 (ipykernel)") and the ``language_info`` the kernel reported; nothing else.
 
@@ -21,6 +24,7 @@ non-ASCII kept, a final newline.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pathlib
@@ -45,8 +49,15 @@ _SNIPPET_START = "# Colab / Binder: install the course's `companion` package fro
 
 
 def install_snippet(url: str | None = None) -> str:
-    """The install lines that open each chapter's first code cell (ending with a blank line)."""
+    """The install lines that open each chapter's first code cell (ending with a blank line).
+
+    pip's output is printed line by line as it comes (through ``print``, so Colab shows it too). When pip
+    fails (no access to the repository, as on Colab behind a firewall), the cell ends with one line saying
+    what failed and what to do, instead of a chained traceback: IPython shows an exception through its
+    ``_render_traceback_`` method when it has one.
+    """
     url = repository_url() if url is None else url
+    folder = url.rstrip("/").rsplit("/", 1)[-1]
     return (
         f"{_SNIPPET_START}\n"
         "# (Never `pip install companion`: that name on PyPI is an unrelated package.)\n"
@@ -58,7 +69,20 @@ def install_snippet(url: str | None = None) -> str:
         "    import sys\n"
         "\n"
         f'    _repository = "git+{url}"\n'
-        '    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", _repository], check=True)\n'
+        "    _pip = subprocess.Popen([sys.executable, \"-m\", \"pip\", \"install\", _repository],\n"
+        "                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)\n"
+        "    for _line in _pip.stdout:  # pip's progress, as it comes\n"
+        "        print(_line, end=\"\")\n"
+        "    if _pip.wait() != 0:\n"
+        "\n"
+        "        class InstallError(Exception):\n"
+        "            def _render_traceback_(self):  # IPython and Colab show this one line, no traceback\n"
+        "                return [f\"{type(self).__name__}: {self}\"]\n"
+        "\n"
+        "        raise InstallError(\n"
+        "            f\"pip could not install {_repository} (see its output above). Without access to GitHub, \"\n"
+        f"            \"clone it elsewhere, copy the folder here and run: pip install ./{folder}\"\n"
+        "        ) from None\n"
         "    importlib.invalidate_caches()\n"
         "    import companion\n"
         "\n"
@@ -117,6 +141,140 @@ def collapse_solutions(nb: dict) -> bool:
             if jupyter.get("source_hidden") is not True:
                 jupyter["source_hidden"] = True
                 changed = True
+    return changed
+
+
+_SOLUTION_HEADER = re.compile(r"# Solution of [^\n]*\n")
+
+
+def _exercise_texts(nb: dict) -> list[tuple[str | None, str]]:
+    """For each cell, the label of the exercise it belongs to (the last ``{exercise}`` above it) and the
+    exercise's text after its directive line, or (None, "")."""
+    from companion.exercises import _notebooks  # the one reading of the exercise markup
+
+    found, current = [], (None, "")
+    for cell in nb["cells"]:
+        text = source(cell)
+        directive = _notebooks._EXERCISE.search(text) if cell["cell_type"] == "markdown" else None
+        if directive:
+            label = _notebooks._LABEL.search(text)
+            current = (label.group("label") if label else None, text[directive.end() :])
+        found.append(current)
+    return found
+
+
+def head_solutions(nb: dict) -> bool:
+    """Open every solution cell with ``# Solution of ex-NN-name``; True if changed.
+
+    JupyterLab shows the first line of a collapsed cell as its placeholder, so that line must give nothing
+    of the solution away. An existing header is refreshed (the exercise's label may have changed)."""
+    changed = False
+    for cell, (label, _) in zip(nb["cells"], _exercise_texts(nb)):
+        if cell["cell_type"] != "code" or "solution" not in cell.get("metadata", {}).get("tags", []):
+            continue
+        text = source(cell)
+        body = text[_SOLUTION_HEADER.match(text).end() :] if _SOLUTION_HEADER.match(text) else text
+        new = f"# Solution of {label or 'this exercise'}\n" + body
+        if new != text:
+            cell["source"] = _lines(new)
+            changed = True
+    return changed
+
+
+# The form an exercise's text may state first: "**Write.**", "*Fix.*", "**Predict**" ...
+_FORM_WORD = re.compile(r"^[*_]{1,2}(write|fix|predict|choose)\b", re.I)
+
+
+def set_exercise_forms(nb: dict) -> bool:
+    """Record each exercise's form (write / fix / predict / choose) in its code cells' metadata,
+    ``{"exercise": {"form": ...}}``, where the chapter has none yet; True if changed.
+
+    The form is the one the exercise's text states first ("**Fix.** ..."), else the one its starting code
+    shows (``companion.exercises._notebooks.guess_form``: a value check is predict or choose, a stub raising
+    NotImplementedError is write, other code is fix). Workbooks keep this metadata, so ``progress`` reports
+    the form of the exercise, whatever the learner has written since."""
+    from companion.exercises import _notebooks
+
+    texts = _exercise_texts(nb)
+    changed = False
+    for ex in _notebooks.exercises_in(nb):
+        cells = [nb["cells"][i] for i in ex.cells]
+        if not cells or any(_notebooks.stored_form(c) for c in cells):
+            continue
+        text = texts[ex.cells[0]][1]  # the exercise's text, options (":label: ...") and closing fence aside
+        body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith(":"))
+        stated = _FORM_WORD.match(body.strip())
+        code = "".join(source(c) for c in cells)
+        form = stated.group(1).lower() if stated else _notebooks.guess_form(code, ex.targets)
+        for cell in cells:
+            cell.setdefault("metadata", {})["exercise"] = {"form": form}
+        changed = True
+    return changed
+
+
+@functools.lru_cache(maxsize=4)
+def citation_labels(bib: pathlib.Path = ROOT / "book" / "references.bib") -> dict[str, tuple[str, str]]:
+    """``key -> (who, year)`` for every entry of ``bib``: "Vaswani et al.", "Press and Wolf", "Gage"; an
+    entry without authors is named by its title up to any translation in brackets."""
+    from pybtex.backends.plaintext import Backend
+    from pybtex.database import parse_file
+    from pybtex.richtext import Text
+
+    backend = Backend()  # one backend: render_as("text") would look it up among the entry points every time
+
+    def plain(latex: str) -> str:
+        return str(Text.from_latex(latex).render(backend)).replace("[", "(").replace("]", ")")
+
+    labels = {}
+    for key, entry in parse_file(str(bib)).entries.items():
+        names = [plain(" ".join(p.prelast_names + p.last_names)) for p in entry.persons.get("author", [])]
+        if len(names) >= 3:
+            who = f"{names[0]} et al."
+        elif names:
+            who = " and ".join(names)
+        else:
+            who = plain(entry.fields.get("title", key)).split(" (")[0]
+        labels[key] = (who, plain(entry.fields.get("year", "n.d.")))
+    return labels
+
+
+def citation_link(role: str, keys: list[str], labels: dict[str, tuple[str, str]]) -> str:
+    """The link a ``{role}`keys``` citation is written as: ``[(Vaswani et al., 2017)](#cite:vaswani2017attention)``,
+    or for a textual citation (``cite:t``) ``[Vaswani et al. (2017)](#cite:t:vaswani2017attention)``."""
+    missing = [k for k in keys if k not in labels]
+    if missing:
+        raise ValueError(f"citation key(s) {missing} are not in book/references.bib")
+    if role in ("cite:t", "cite:ct", "cite:ts", "cite:cts"):
+        text = ", ".join(f"{labels[k][0]} ({labels[k][1]})" for k in keys)
+    else:
+        text = "(" + "; ".join(f"{labels[k][0]}, {labels[k][1]}" for k in keys) + ")"
+    return f"[{text}](#{role}:{','.join(keys)})"
+
+
+def _citations_module() -> Any:
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    try:
+        import citations
+    finally:
+        sys.path.pop(0)
+    return citations
+
+
+def link_citations(nb: dict, labels: dict[str, tuple[str, str]] | None = None) -> bool:
+    """Write every ``{cite}`` role of the markdown cells as a citation link (``book/_ext/citations.py``) and
+    refresh the text of the links already there; True if changed."""
+    citations = _citations_module()
+    labels = citation_labels() if labels is None else labels
+    changed = False
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        text = source(cell)
+        roles = citations.to_roles(text)  # links back to roles, then every role to a fresh link
+        new = citations.ROLE.sub(lambda m: citation_link(m["role"], citations.keys_of(m["keys"]), labels), roles)
+        if new != text:
+            cell["source"] = _lines(new)
+            changed = True
     return changed
 
 
@@ -181,8 +339,11 @@ def _edit(path: pathlib.Path, *steps: Any) -> bool:
 
 
 def apply(nb_path: str | os.PathLike) -> bool:
-    """Install snippet first, solutions collapsed, JupyterLab's metadata; returns whether the file changed."""
-    return _edit(pathlib.Path(nb_path), set_cell_ids, set_install_snippet, collapse_solutions, set_kernel_metadata)
+    """Install snippet first, solutions collapsed and headed, exercise forms recorded, citations as links,
+    JupyterLab's metadata; returns whether the file changed."""
+    steps = (set_cell_ids, set_install_snippet, collapse_solutions, head_solutions, set_exercise_forms,
+             link_citations, set_kernel_metadata)  # fmt: skip
+    return _edit(pathlib.Path(nb_path), *steps)
 
 
 def main(argv: list[str]) -> int:

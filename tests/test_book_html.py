@@ -569,6 +569,69 @@ def test_chinese_prose_renders_with_the_bundled_font(built_book, browser, server
 
 
 # --------------------------------------------------------------------------------------------------
+# Exercises: solutions open where they are, hints are readable, citations are the bibliography's
+# --------------------------------------------------------------------------------------------------
+
+EXERCISE_PAGE = "book/03_attention.html"  # six exercises: fix, write, predict and choose
+
+
+@pytest.mark.parametrize("edition", ["", ZH])
+def test_clicking_a_solutions_title_opens_it_where_it_is(browser, server: str, edition: str) -> None:
+    """A dropdown solution opens when its title is clicked anywhere, the words "Exercise 3.1 (...)" included,
+    and the page stays where it is (the title no longer links back to the exercise above it)."""
+    with _visit(browser, server + edition + EXERCISE_PAGE) as visit:
+        page = visit.page
+        solutions = page.locator(".solution.dropdown")
+        assert solutions.count() >= 4
+        assert page.locator(".solution.dropdown > .admonition-title a").count() == 0, "a solution's title links away"
+        for i in (0, 2):
+            solution, body = solutions.nth(i), solutions.nth(i).locator("section").first
+            assert not body.is_visible(), "a solution is open before it is clicked"
+            title = solution.locator(".admonition-title")
+            title.scroll_into_view_if_needed()
+            before = page.evaluate("() => [location.href, window.scrollY]")
+            box = title.bounding_box()
+            page.mouse.click(box["x"] + box["width"] * 0.6, box["y"] + box["height"] / 2)  # on "Exercise 3.x (...)"
+            body.wait_for(state="visible", timeout=5_000)
+            after = page.evaluate("() => [location.href, window.scrollY]")
+            assert after[0] == before[0] and abs(after[1] - before[1]) < 5, f"the page moved: {before} -> {after}"
+        _check_page(visit, edition + EXERCISE_PAGE)
+
+
+@pytest.mark.parametrize("width", [1280, 400])
+def test_long_hint_lines_wrap_instead_of_being_cut_off(browser, server: str, width: int) -> None:
+    """A check's verdict and hint (the outputs of exercise and solution cells) wrap at the output box's
+    width, on a wide screen and on a phone: no line of them is hidden past the right edge."""
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(server + EXERCISE_PAGE, wait_until="load")
+        boxes = page.evaluate(
+            """() => Array.from(document.querySelectorAll('.cell.tag_exercise .cell_output pre'))
+                 .map(p => ({text: p.textContent.slice(0, 60), scroll: p.scrollWidth, client: p.clientWidth,
+                             hint: p.textContent.includes('Hint:')}))"""
+        )
+        assert sum(b["hint"] for b in boxes) >= 2, boxes  # the two fix exercises print hints
+        cut = [b for b in boxes if b["scroll"] > b["client"] + 1]
+        assert not cut, f"at {width}px these outputs are cut off: {cut}"
+    finally:
+        context.close()
+
+
+def test_citations_in_the_chapters_are_the_bibliographys(built_book) -> None:
+    """The chapters write citations as links JupyterLab can show ([(Vaswani et al., 2017)](#cite:...),
+    book/_ext/citations.py); the book reads them as {cite} roles: every one becomes a link to its entry of
+    the bibliography, and no link to "#cite:" is left on any page."""
+    for docname in NOTEBOOKS:
+        for edition in ("", ZH):
+            page_html = (built_book.html / (edition + docname + ".html")).read_text(encoding="utf-8")
+            assert "#cite:" not in page_html, f"{edition}{docname}: a citation link was not read as a citation"
+    page_html = (built_book.html / EXERCISE_PAGE).read_text(encoding="utf-8")
+    cited = re.findall(r'<a class="reference internal" href="appendix/bibliography\.html#[^"]+"', page_html)
+    assert len(cited) >= 10, f"{EXERCISE_PAGE}: {len(cited)} citations link to the bibliography"
+
+
+# --------------------------------------------------------------------------------------------------
 # Accessibility (issue 15): alt text, axe-core audit in light and dark mode, keyboard, bold CJK
 # --------------------------------------------------------------------------------------------------
 

@@ -47,10 +47,17 @@ def test_scaled_dot_product_attention() -> None:
     def inverted(q, k, v, mask=None):
         return attention_ok(q, k, v, None if mask is None else ~mask)
 
+    def over_queries(q, k, v, mask=None):  # softmax over the query axis: each key's column sums to 1
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return torch.softmax(scores, dim=-2) @ v
+
     assert_fails("scaled_dot_product_attention", no_scale, "√d_k")
     assert_fails("scaled_dot_product_attention", by_d_k, "not by d_k itself")
     assert_fails("scaled_dot_product_attention", mask_after, "BEFORE the softmax")
     assert_fails("scaled_dot_product_attention", inverted, "True = may attend")
+    assert_fails("scaled_dot_product_attention", over_queries, ["not over the queries", "dim=-2"])
 
 
 def test_attention_weights_by_hand() -> None:

@@ -100,10 +100,15 @@ def test_kv_cache_step() -> None:
     def stale(q, k_new, v_new, k_cache, v_cache):
         return kv_step_ok(q, k_new, v_new, k_cache, v_cache)[0], k_cache, v_cache
 
+    def over_queries(q, k_new, v_new, k_cache, v_cache):  # softmax over the one query: every weight is 1
+        _, k_all, v_all = kv_step_ok(q, k_new, v_new, k_cache, v_cache)
+        return torch.softmax(q @ k_all.transpose(-2, -1) / math.sqrt(q.shape[-1]), -2) @ v_all, k_all, v_all
+
     assert_fails("kv_cache_step", new_only, "new key only")
     assert_fails("kv_cache_step", prepended, "in *front*")
     assert_fails("kv_cache_step", unscaled, "sqrt(D_h)")
     assert_fails("kv_cache_step", stale, "updated")
+    assert_fails("kv_cache_step", over_queries, ["not over the queries", "dim=-2"])
     assert_fails("kv_cache_step", lambda *args: kv_step_ok(*args)[0], "tuple")
 
 

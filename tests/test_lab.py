@@ -53,8 +53,10 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def _jupyter_lab(folder: pathlib.Path) -> Iterator[str]:
-    """Start JupyterLab on ``folder``; yield its base URL with the token; stop it afterwards."""
+def _jupyter_lab(folder: pathlib.Path, lab_args: list[str] | None = None) -> Iterator[str]:
+    """Start JupyterLab on ``folder`` (or, with ``lab_args``, as those arguments say, from the repository
+    root, as `make lab` does); its settings and runtime files go to ``folder/.lab``. Yield its URL for a
+    path, with the token; stop it afterwards."""
     port, token = _free_port(), secrets.token_hex(16)
     settings = folder / ".lab" / "settings" / "@jupyterlab" / "notebook-extension"
     settings.mkdir(parents=True)
@@ -70,10 +72,10 @@ def _jupyter_lab(folder: pathlib.Path) -> Iterator[str]:
         "TRANSFORMERS_OFFLINE": "1",
         "COMPANION_CHECK_TIME_LIMIT": "2",  # seconds per case of a check, in the kernels this server starts
     }
+    where = [f"--ServerApp.root_dir={folder}", "--ip", "127.0.0.1", "--allow-root"] if lab_args is None else lab_args
     cmd = [
-        sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root",
-        "--ip", "127.0.0.1", f"--port={port}", f"--ServerApp.token={token}",
-        f"--ServerApp.root_dir={folder}", "--ServerApp.port_retries=0",
+        sys.executable, "-m", "jupyterlab", *where, "--no-browser",
+        f"--port={port}", f"--ServerApp.token={token}", "--ServerApp.port_retries=0",
         f"--LabApp.user_settings_dir={folder / '.lab' / 'settings'}",
         f"--LabApp.workspaces_dir={folder / '.lab' / 'workspaces'}",
         "--LabApp.expose_app_in_browser=True",
@@ -81,7 +83,8 @@ def _jupyter_lab(folder: pathlib.Path) -> Iterator[str]:
         "--LabApp.news_url=None",
     ]  # fmt: skip
     log = (folder / ".lab" / "server.log").open("w")
-    proc = subprocess.Popen(cmd, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT)
+    cwd = folder if lab_args is None else ROOT
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -119,12 +122,18 @@ _STATE = """() => {
                                                     evalue: o.evalue || null, name: o.name || null,
                                                     text: o.text === undefined ? null : [].concat(o.text).join('')}));
       entry.prompt = cell.node.querySelector('.jp-InputPrompt')?.textContent || '';
+      // what a collapsed cell shows instead of its code (JupyterLab: the code's first line)
+      entry.placeholder = cell.inputHidden
+        ? cell.node.querySelector('.jp-InputPlaceholder .jp-PlaceholderText')?.innerText ?? null : null;
     } else if (m.type === 'markdown') {
       const r = cell.node.querySelector('.jp-RenderedMarkdown, .jp-RenderedMySTMarkdown, .myst');
       entry.rendered = cell.rendered;
       entry.text = r ? r.innerText : null;
       entry.admonitions = cell.node.querySelectorAll('aside, .admonition').length;
       entry.details = Array.from(cell.node.querySelectorAll('details')).map(d => d.open);
+      // jupyterlab-myst flags a citation it cannot resolve (a {cite} role: it cannot read references.bib)
+      entry.citeWarnings = cell.node.querySelectorAll(
+        '[title="Citation Not Found"], [title="Citation Has No Label"]').length;
     }
     out.cells.push(entry);
   }
@@ -225,6 +234,17 @@ def test_a_chapter_runs_in_jupyterlab_with_myst_rendered(browser, lab) -> None: 
     assert solutions, f"{CHAPTER.name} has no code cell tagged 'solution'"
     shown = [c["source"] for c in solutions if not c["inputHidden"]]
     assert not shown, f"solution cells not collapsed (set metadata.jupyter.source_hidden): {shown}"
+    # ... and what they show gives nothing away: the placeholder names the exercise, the output is the verdict
+    placeholders = [c["placeholder"] for c in solutions]
+    assert all(p and p.startswith("# Solution of ex-03-") for p in placeholders), placeholders
+    for cell in solutions:
+        printed = "".join(o["text"] or "" for o in cell["outputs"]).splitlines()
+        assert printed and all(line.startswith("✅ PASS ") for line in printed), f"{cell['placeholder']}: {printed}"
+
+    # Citations read as author and year, never as a key flagged "Citation Not Found".
+    assert sum(c["citeWarnings"] for c in markdown) == 0, "jupyterlab-myst flags citations it cannot resolve"
+    prose = " ".join(c["text"] or "" for c in markdown)
+    assert "(Vaswani et al., 2017)" in prose and "{cite}" not in prose
     assert not errors, f"page errors: {errors}"
     assert time.monotonic() - start < 90
 
@@ -246,3 +266,35 @@ def test_its_workbook_opens_and_runs_with_failing_stubs(browser, lab) -> None:  
     markdown = [c for c in state["cells"] if c["type"] == "markdown"]
     assert markdown[0]["text"].startswith("Workbook of chapter 3"), markdown[0]["text"][:80]
     assert not errors, f"page errors: {errors}"
+
+
+def test_make_lab_opens_the_workbooks_with_the_chapters_beside_them(browser, tmp_path: pathlib.Path) -> None:  # noqa: F811
+    """JupyterLab started as `make lab` starts it (its arguments read from the Makefile): the repository
+    root is served, the browser lands in workbooks/, the chapters are in book/, and the book's build
+    folders (_ext, _static, _templates) are not in the file browser."""
+    from test_skeleton import _make_calls
+
+    (lab,) = _make_calls(tmp_path / "make", "lab")
+    assert lab["argv"][0] == "lab"
+    with _jupyter_lab(tmp_path, lab_args=lab["argv"][1:]) as url:
+        base, token = url.split("/lab/tree/")[0], url.rsplit("token=", 1)[1]
+
+        def listing(path: str) -> set[str]:
+            with urllib.request.urlopen(f"{base}/api/contents/{path}?token={token}", timeout=30) as r:
+                return {item["name"] for item in json.load(r)["content"]}
+
+        assert {"book", "workbooks", "companion", "README.md"} <= listing("")
+        book = listing("book")
+        assert CHAPTER.name in book and not book & {"_ext", "_static", "_templates"}, sorted(book)
+        assert WORKBOOK.name in listing("workbooks")
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        try:
+            page = context.new_page()
+            page.goto(f"{base}/?token={token}", wait_until="load")  # what the browser `make lab` opens gets
+            page.wait_for_url("**/lab/tree/workbooks*", timeout=60_000)
+            item = page.locator(".jp-DirListing-itemText", has_text=WORKBOOK.name)
+            item.first.wait_for(timeout=60_000)  # the file browser lists the workbooks folder
+            crumbs = page.locator(".jp-BreadCrumbs").first.inner_text()
+            assert "workbooks" in crumbs, crumbs
+        finally:
+            context.close()

@@ -36,6 +36,11 @@ def qkv_calls(attn: MultiHeadAttention) -> list[str]:
     return calls
 
 
+def next_token_loss(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    logits = model(ids[:, :-1])  # (B, T - 1, V)
+    return nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
+
+
 # ----------------------------------------------------------------------------- packing linear layers
 
 
@@ -256,7 +261,7 @@ def test_decode_layout_trains_like_the_plain_layout_and_stays_packed() -> None:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
         for _ in range(3):
             optimizer.zero_grad()
-            model(ids[:, :-1]).flatten(0, 1).log_softmax(-1).gather(1, ids[:, 1:].reshape(-1, 1)).mean().neg().backward()
+            next_token_loss(model, ids).backward()
             optimizer.step()
         model.eval()
     for (name, p), q in zip(plain.named_parameters(), laid_out.parameters()):
@@ -308,3 +313,64 @@ def test_save_pretrained_from_the_decoding_layout(tmp_path) -> None:  # noqa: AN
     back = GPT.from_pretrained(tmp_path)
     with torch.no_grad():
         assert_close(back(torch.arange(12)[None]), plain(torch.arange(12)[None]))
+
+
+# ----------------------------------------------------------------------------- chapter 14's layers and LoRA
+
+TODAYS = {
+    "qk_norm+d_head+gqa": dict(qk_norm=True, d_head=24, n_kv_heads=2),  # D_h = 24, not D / H = 16
+    "mqa+bias": dict(n_kv_heads=1, bias=True),
+    "sliding+sinks": dict(sliding_window=6, attention_sinks=2),
+    "moe+shared+dense": dict(n_experts=4, n_experts_per_token=2, n_shared_experts=1, n_dense_layers=1, d_expert=40),
+    "mla": dict(kv_rank=16, q_rank=20, rope_head_dim=8, nope_head_dim=12, v_head_dim=10),
+}  # fmt: skip
+
+
+def llama_pair(**changes: object) -> tuple[GPT, GPT]:
+    config = ModelConfig.llama_tiny(n_layers=3, vocab_size=50, max_seq_len=40, **changes)
+    plain = randomize(GPT(config))
+    laid_out = GPT(config.replace(decode_layout=True)).eval()
+    laid_out.load_state_dict(plain.state_dict())
+    return plain, laid_out
+
+
+@pytest.mark.parametrize("name", list(TODAYS))
+def test_decode_layout_with_todays_layers_gives_the_same_logits_and_tokens(name: str) -> None:
+    plain, laid_out = llama_pair(**TODAYS[name])
+    ids = torch.randint(0, 50, (2, 11), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert_close(laid_out(ids), plain(ids))
+    assert torch.equal(generate(laid_out, ids[:, :4], 20, greedy=True), generate(plain, ids[:, :4], 20, greedy=True))
+    attention = [layer.self_attn for layer in laid_out.layers]
+    if name == "mla":  # latent attention has no q/k/v triple: its projections are only stored (in, out)
+        assert all(not isinstance(a, MultiHeadAttention) for a in attention)
+        assert all(a.kv_up_proj.weight.stride()[0] == 1 for a in attention)
+    else:
+        assert all(packed_weight(a.q_proj, a.k_proj, a.v_proj) is not None for a in attention)
+
+
+def test_lora_on_the_decode_layout_trains_and_merges_like_the_plain_layout() -> None:
+    """LoRA replaces q_proj and v_proj with adapters: the fused product steps aside (one product per layer),
+    ``.to`` still works, and merging folds ΔW into the packed matrix, which is fused again."""
+    from companion.finetune import apply_lora, merge_lora
+
+    plain, laid_out = llama_pair(**TODAYS["qk_norm+d_head+gqa"])
+    ids = torch.randint(0, 50, (4, 12), generator=torch.Generator().manual_seed(4))
+    unmerged = {}
+    for model in (plain, laid_out):
+        torch.manual_seed(7)  # the same A in both
+        apply_lora(model, r=2, alpha=4.0)
+        model.train()
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+        for _ in range(2):
+            optimizer.zero_grad()
+            next_token_loss(model, ids).backward()
+            optimizer.step()
+        model.eval().to(torch.float32)  # repacking skips the adapters instead of refusing them
+        with torch.no_grad():
+            unmerged[model] = model(ids)
+    assert_close(unmerged[laid_out], unmerged[plain])
+    merge_lora(plain), merge_lora(laid_out)
+    assert_same_model(plain, laid_out, ids)  # q/k/v packed again: the in-place merge kept the layout
+    with torch.no_grad():
+        assert_close(laid_out(ids), unmerged[laid_out])

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -130,10 +132,16 @@ def test_all_notebooks_record_the_same_python() -> None:
 def _run_snippet(importable: bool) -> list[list[str]]:
     """Execute the install snippet with ``companion`` importable or not; return the commands it ran."""
     import builtins
+    import io
     import types
 
     calls: list[list[str]] = []
-    fake_subprocess = types.SimpleNamespace(run=lambda cmd, check: calls.append(list(cmd)))
+
+    def popen(cmd: list[str], **kwargs: object) -> types.SimpleNamespace:
+        calls.append(list(cmd))
+        return types.SimpleNamespace(stdout=io.StringIO("Successfully installed companion\n"), wait=lambda: 0)
+
+    fake_subprocess = types.SimpleNamespace(Popen=popen, PIPE=-1, STDOUT=-2)
     real_import = builtins.__import__
     attempts = {"companion": 0}
 
@@ -155,10 +163,40 @@ def test_install_snippet_installs_from_the_repository_only_when_companion_is_mis
     assert _run_snippet(importable=True) == []
     (cmd,) = _run_snippet(importable=False)
     url = nbtools.repository_url()
-    assert cmd[1:] == ["-m", "pip", "install", "--quiet", f"git+{url}"]
+    assert cmd[1:] == ["-m", "pip", "install", f"git+{url}"]  # not --quiet: pip's progress is shown
     assert url.startswith("https://github.com/") and f"url: {url}" in (ROOT / "_config.yml").read_text()
     code = nbtools.INSTALL_SNIPPET.replace("`pip install companion`", "")  # the comment that warns against it
     assert not re.search(r"pip install (-\S+ )*companion\b", code) and '"companion"' not in code
+
+
+def test_a_failed_install_ends_the_cell_with_one_line_saying_what_to_do(tmp_path: pathlib.Path) -> None:
+    """Colab without access to the repository: pip's own output is shown as it comes, then one line says
+    what failed and what to do, with no traceback. Run by IPython (as in a notebook, in a fresh process),
+    with ``companion`` missing and a repository URL nothing answers (127.0.0.1, port 9): pip really fails."""
+    url = "https://127.0.0.1:9/nobody/transformers-piece-by-piece"
+    (tmp_path / "cell.py").write_text(nbtools.install_snippet(url) + "print('not reached')\n", encoding="utf-8")
+    driver = (
+        "import pathlib, sys\n"
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "sys.modules['companion'] = None  # import companion raises ModuleNotFoundError\n"
+        "result = InteractiveShell().run_cell(pathlib.Path('cell.py').read_text())\n"
+        "print('ERROR TYPE:', type(result.error_in_exec).__name__)\n"
+        "error = result.error_in_exec\n"
+        "print('CHAINED:', error.__cause__ is not None or not error.__suppress_context__)\n"
+    )
+    env = {**os.environ, "IPYTHONDIR": str(tmp_path / "ipython"), "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+           "PIP_NO_INPUT": "1", "GIT_TERMINAL_PROMPT": "0"}  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", driver], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert "ERROR TYPE: InstallError" in out and "CHAINED: False" in out, out
+    assert "Collecting git+https://127.0.0.1:9/" in out, out  # pip's progress, printed line by line
+    shown = [line for line in out.splitlines() if "InstallError:" in line]
+    assert shown == [
+        f"InstallError: pip could not install git+{url} (see its output above). Without access to GitHub, "
+        "clone it elsewhere, copy the folder here and run: pip install ./transformers-piece-by-piece"
+    ], out
+    assert "Traceback" not in out and "not reached" not in out, out
 
 
 def test_jupyterlab_myst_is_pinned_everywhere() -> None:
@@ -210,3 +248,119 @@ def test_withdrawn_wording_does_not_come_back(phrase: str) -> None:
         if phrase.lower() in p.read_text(encoding="utf-8").lower()
     ]
     assert not found, f"{phrase!r} is back in {found}"
+
+
+def _make_calls(tmp_path: pathlib.Path, *args: str) -> list[dict]:
+    """Run ``make ARGS`` with fake ``jupyter`` and ``python`` programs that record their arguments and the
+    network switches in their environment, instead of running anything; return the recorded calls."""
+    fake_bin, record = tmp_path / "bin", tmp_path / "calls.jsonl"
+    fake_bin.mkdir(parents=True)
+    recorder = (
+        f"#!{sys.executable}\n"
+        "import json, os, sys\n"
+        f"with open({str(record)!r}, 'a') as f:\n"
+        "    env = {k: v for k, v in os.environ.items() if k in ('HF_HUB_OFFLINE', 'TRANSFORMERS_OFFLINE')}\n"
+        "    f.write(json.dumps({'prog': os.path.basename(sys.argv[0]), 'argv': sys.argv[1:], 'env': env}) + '\\n')\n"
+    )
+    for name in ("jupyter", "python"):
+        (fake_bin / name).write_text(recorder)
+        (fake_bin / name).chmod(0o755)
+    stamp = tmp_path / "stamp"  # newer than requirements.txt: make reinstalls nothing
+    stamp.touch()
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "MAKEFLAGS")}
+    cmd = ["make", "-s", f"BIN={fake_bin}", f"STAMP={stamp}", *args]
+    subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True, text=True, timeout=60)
+    return [json.loads(line) for line in record.read_text().splitlines()]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_lab_serves_the_repository_opening_the_workbooks_and_stays_online(tmp_path: pathlib.Path) -> None:
+    """`make lab` serves the repository root (chapters in book/, workbooks/ beside them), opens the workbooks
+    folder, hides the book's build folders from the file browser, and does not switch the Hugging Face Hub
+    off (chapter 11 may download GPT-2 there); the targets that build, test and re-run the course do."""
+    (lab,) = _make_calls(tmp_path / "lab", "lab", "LAB_ARGS=--no-browser")
+    args = lab["argv"]
+    assert lab["prog"] == "jupyter" and args[0] == "lab" and "--no-browser" in args
+    assert "--ServerApp.root_dir=." in args and "--LabApp.default_url=/lab/tree/workbooks" in args
+    assert not any(a.startswith("book") or a.endswith("book/") for a in args), args  # not served from book/
+    (hidden,) = [a.split("=", 1)[1] for a in args if a.startswith("--ContentsManager.hide_globs=")]
+    assert {"_ext", "_static", "_templates", "__pycache__"} <= set(json.loads(hidden))
+    assert lab["env"] == {}, f"make lab exports {lab['env']}"
+    (execute, *_) = _make_calls(tmp_path / "notebooks", "notebooks", "NB=book/03_attention.ipynb")
+    assert execute["argv"][0] == "nbconvert"
+    assert execute["env"] == {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+# ------------------------------------------------------------------------------------ citations
+
+
+def _citations():
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    try:
+        import citations
+    finally:
+        sys.path.pop(0)
+    return citations
+
+
+def test_a_citation_link_stands_for_its_role() -> None:
+    """book/_ext/citations.py turns the links back into the roles sphinxcontrib-bibtex reads; in a notebook's
+    JSON too (the extension sees the raw file), and nothing else."""
+    cite = _citations()
+    labels = {"a": ("Vaswani et al.", "2017"), "b": ("黄艺龙", "2026")}
+    parenthetical = nbtools.citation_link("cite", ["a", "b"], labels)
+    textual = nbtools.citation_link("cite:t", ["a"], labels)
+    assert parenthetical == "[(Vaswani et al., 2017; 黄艺龙, 2026)](#cite:a,b)"
+    assert textual == "[Vaswani et al. (2017)](#cite:t:a)"
+    text = f"as shown {parenthetical}; {textual} says, see [the docs](#other) and `{{cite}}`."
+    assert cite.to_roles(text) == "as shown {cite}`a,b`; {cite:t}`a` says, see [the docs](#other) and `{cite}`."
+    as_json = json.dumps({"source": [f"one {textual}\n", "two [x](#y)\n"]})
+    assert json.loads(cite.to_roles(as_json))["source"] == ["one {cite:t}`a`\n", "two [x](#y)\n"]
+    with pytest.raises(ValueError, match="not in book/references.bib"):
+        nbtools.citation_link("cite", ["nope"], labels)
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
+def test_citations_are_links_jupyterlab_can_show(nb_path: pathlib.Path) -> None:
+    """No ``{cite}`` role in a notebook's markdown (jupyterlab-myst would show the bare key flagged "Citation
+    Not Found"): every citation is a link whose text is made from book/references.bib by
+    ``scripts/nbtools.py apply``, and whose keys are in the bibliography."""
+    cite, labels = _citations(), nbtools.citation_labels()
+    nb = json.loads(nb_path.read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        text = nbtools.source(cell)
+        role = cite.ROLE.search(text)
+        assert not role, f"{nb_path.name}: {role.group(0)} (run scripts/nbtools.py apply)"
+        for link in cite.LINK.finditer(text):
+            keys = cite.keys_of(link["keys"])
+            assert link.group(0) == nbtools.citation_link(link["role"], keys, labels), (
+                f"{nb_path.name}: {link.group(0)} is out of step with references.bib (run scripts/nbtools.py apply)"
+            )
+
+
+# ------------------------------------------------------------------------------------ Run All offline
+
+
+def test_cells_kept_from_the_build_run_offline_with_a_one_line_message(tmp_path: pathlib.Path, monkeypatch) -> None:
+    """A cell tagged ``skip-execution`` is not run by the build or nbval, but JupyterLab's and Colab's Run
+    All run it: offline (nothing cached, the Hub out of reach) it must print one line and go on, never
+    raise. Each such cell of every chapter and workbook runs right after the notebook's first code cell."""
+    from companion.exercises import _notebooks
+
+    books = []
+    for nb_path in NOTEBOOKS + sorted((ROOT / "workbooks").glob("*.ipynb")):  # the chapters and their workbooks
+        cells = json.loads(nb_path.read_text(encoding="utf-8"))["cells"]
+        code = [c for c in cells if c["cell_type"] == "code" and nbtools.source(c).strip()]
+        skipped = [c for c in code if "skip-execution" in c.get("metadata", {}).get("tags", [])]
+        if skipped:  # the runner runs the cells tagged "exercise" after the first code cell
+            books.append((nb_path, {"cells": [code[0]] + [{**c, "metadata": {"tags": ["exercise"]}} for c in skipped]}))
+    assert books, "no chapter has a skip-execution cell (chapter 11's GPT-2 download had one)"
+    for name, value in {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}.items():
+        monkeypatch.setenv(name, value)  # the runner's subprocess inherits them
+    runs = _notebooks.run_exercise_cells_many([nb for _, nb in books], ROOT / "book")
+    for (nb_path, _), run in zip(books, runs):
+        for _, text in run:
+            assert "Traceback" not in text, f"{nb_path.name}: a skip-execution cell raised offline:\n{text}"
+            assert len(text.strip().splitlines()) == 1, f"{nb_path.name}: offline it printed:\n{text}"

@@ -18,6 +18,7 @@ from companion.tokens import (
     Tokenizer,
     WordPieceTokenizer,
 )
+from companion.tokens.pretokenize import Splitter
 
 CORPUS = (
     "The animal didn't cross the street because it was too tired. 它太累了，所以没有过马路。\n"
@@ -418,7 +419,7 @@ def test_default_pattern_is_gpt4_and_names_are_case_insensitive() -> None:
     gpt2 = BPETokenizer()
     gpt2.train("hello world", 260, pattern="GPT2")  # not the literal regex "GPT2", which would match nothing
     assert gpt2.pattern == GPT2_SPLIT_PATTERN
-    assert gpt2._pre_split("hello world") == ["hello", " world"]
+    assert Splitter(gpt2.pattern).chunks("hello world") == ["hello", " world"]
 
 
 @pytest.mark.parametrize("pattern", [r"\w+", r"[a-z]+", r"\p{Han}", r"x*", r"(\w)(\w)"])
@@ -428,7 +429,7 @@ def test_a_pattern_that_skips_text_never_drops_it(pattern: str) -> None:
     tok.train(CORPUS, 256 + 60, pattern=pattern)
     for text in (HELD_OUT, CORPUS[:300], "  two  spaces  ", ""):
         assert tok.decode(tok.encode(text)) == text
-    assert "".join(tok._pre_split(HELD_OUT)) == HELD_OUT
+    assert "".join(Splitter(tok.pattern).chunks(HELD_OUT)) == HELD_OUT
 
 
 def test_words_only_pattern_matches_tokenizers_split_isolated() -> None:

@@ -485,9 +485,10 @@ def test_command_line_in_a_subprocess_prints_one_line_and_no_traceback(tmp_path)
     "name",
     ["companion._files", "companion.training.checkpoints", "companion.training.translation", "companion.training",
      "companion.training.losses", "companion.training.schedule", "companion.training.loop", "companion.training.ddp",
-     "companion.tokens", "companion.tokens.base", "companion.tokens.bpe", "companion.tokens.char",
-     "companion.tokens.wordpiece", "companion.data", "companion.data.translation", "companion.data.corpus",
-     "companion.data.markov", "companion.data.text"],
+     "companion.tokens", "companion.tokens.base", "companion.tokens.bpe", "companion.tokens.bpe_train",
+     "companion.tokens.bpe_import", "companion.tokens.bpe_files", "companion.tokens.pretokenize",
+     "companion.tokens.char", "companion.tokens.wordpiece", "companion.data", "companion.data.translation",
+     "companion.data.corpus", "companion.data.markov", "companion.data.text"],
 )  # fmt: skip
 def test_training_tokens_and_data_modules_declare_all(name):
     import importlib

@@ -17,6 +17,8 @@ from __future__ import annotations
 import ast
 import json
 import pathlib
+import re
+import subprocess
 import sys
 
 import pytest
@@ -199,6 +201,27 @@ def test_each_solution_passes_and_keeps_the_learners_names(chapter: pathlib.Path
         assert not clash, f"{chapter.name}: a solution redefines the learner's {sorted(clash)} (use *_solution)"
 
 
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=IDS)
+def test_a_closed_solution_shows_nothing_but_its_verdict(chapter: pathlib.Path) -> None:
+    """Until the learner opens it, a solution cell shows its first line (JupyterLab's placeholder of a
+    collapsed cell) and its output (JupyterLab and the HTML book): the line names the exercise, and the
+    output is the check's ✅ PASS verdict and nothing else (no number, no table that gives an answer)."""
+    nb = _nb(chapter)
+    labels = [ex.label for ex in _notebooks.exercises_in(nb)]
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code" or "solution" not in _tags(cell):
+            continue
+        code = _notebooks.source(cell)
+        first = code.splitlines()[0]
+        assert re.fullmatch(r"# Solution of (\S+)", first) and first.split()[-1] in labels, (
+            f"{chapter.name}: a solution cell starts with {first!r} (run scripts/nbtools.py apply)"
+        )
+        kinds = {o["output_type"] for o in cell["outputs"]}
+        assert kinds == {"stream"}, f"{chapter.name} {first}: outputs {sorted(kinds)}, only the verdict is allowed"
+        extra = [line for line in _notebooks.output_text(cell).splitlines() if not line.startswith("✅ PASS ")]
+        assert not extra, f"{chapter.name} {first}: prints more than its verdict: {extra} (assert it instead)"
+
+
 def test_nbtools_apply_is_idempotent_and_collapses_solutions(tmp_path: pathlib.Path) -> None:
     import os
 
@@ -206,10 +229,13 @@ def test_nbtools_apply_is_idempotent_and_collapses_solutions(tmp_path: pathlib.P
 
     nb = {
         "cells": [
-            {"cell_type": "markdown", "metadata": {}, "source": "# T\n"},
+            {"cell_type": "markdown", "metadata": {}, "source": "# T\n\nAs shown {cite}`vaswani2017attention`.\n"},
             {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": 1, "source": "import companion\n"},
+            {"cell_type": "markdown", "metadata": {}, "source": ":::{exercise} S\n:label: ex-99-s\nStable.\n:::\n"},
+            {"cell_type": "code", "metadata": {"tags": ["exercise"]}, "outputs": [], "execution_count": 2,
+             "source": "def f(x, dim=-1):\n    raise NotImplementedError\n_ = check('softmax', f)\n"},
             {"cell_type": "code", "metadata": {"tags": ["hide-input", "solution"]}, "outputs": [],
-             "execution_count": 2, "source": "assert check('softmax', f_solution)\n"},
+             "execution_count": 3, "source": "assert check('softmax', f_solution)\n"},
         ],
         "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
                      "language_info": {"name": "python", "version": "3.11.7"}, "widgets": {}},
@@ -223,10 +249,16 @@ def test_nbtools_apply_is_idempotent_and_collapses_solutions(tmp_path: pathlib.P
     assert nbtools.apply(path) is False and path.read_text(encoding="utf-8") == first  # idempotent
     done = json.loads(first)
     assert _notebooks.source(done["cells"][1]) == nbtools.INSTALL_SNIPPET + "import companion\n"
-    assert done["cells"][2]["metadata"]["jupyter"] == {"source_hidden": True}
+    solution = done["cells"][4]
+    assert solution["metadata"]["jupyter"] == {"source_hidden": True}
+    # JupyterLab shows a collapsed cell's first line: it names the exercise, nothing of its answer
+    assert _notebooks.source(solution) == "# Solution of ex-99-s\nassert check('softmax', f_solution)\n"
+    assert done["cells"][3]["metadata"]["exercise"] == {"form": "write"}  # from the stub, kept for progress
+    cited = "[(Vaswani et al., 2017)](#cite:vaswani2017attention)"  # a citation JupyterLab can show
+    assert _notebooks.source(done["cells"][0]) == f"# T\n\nAs shown {cited}.\n"
     assert done["metadata"]["kernelspec"] == nbtools.KERNELSPEC and "widgets" not in done["metadata"]
     assert done["metadata"]["language_info"]["version"] == "3.11.7"
-    assert len({c["id"] for c in done["cells"]}) == 3
+    assert len({c["id"] for c in done["cells"]}) == 5
     assert first == nbtools.dumps(done)
     assert os.stat(path).st_mode & 0o777 == 0o666 & ~_umask()
 
@@ -293,13 +325,16 @@ def test_progress_rejects_a_bad_path(tmp_path: pathlib.Path, capsys) -> None:
 
 
 def test_progress_can_run_the_notebook_first(tmp_path: pathlib.Path, capsys) -> None:
-    """--run executes a copy in a kernel: a stub solved in the file but never run is seen as solved."""
+    """--run executes a copy in a kernel: a stub solved in the file but never run is seen as solved. The
+    sources are lists of lines, as Jupyter writes them."""
     nb = _fake_notebook({"ex-99-a": "not run"})
-    nb["cells"][0]["source"] = "from companion.exercises import check\n"
-    nb["cells"][2]["source"] = (
-        "def f(x, dim=-1):\n    e = (x - x.amax(dim, keepdim=True)).exp()\n    return e / e.sum(dim, keepdim=True)\n"
-        '_ = check("softmax", f)\n'
-    )
+    nb["cells"][0]["source"] = ["from companion.exercises import check\n"]
+    nb["cells"][2]["source"] = [
+        "def f(x, dim=-1):\n",
+        "    e = (x - x.amax(dim, keepdim=True)).exp()\n",
+        "    return e / e.sum(dim, keepdim=True)\n",
+        '_ = check("softmax", f)\n',
+    ]
     nb["metadata"] = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
     path = tmp_path / "99_demo.ipynb"
     path.write_text(json.dumps(nb), encoding="utf-8")
@@ -307,6 +342,93 @@ def test_progress_can_run_the_notebook_first(tmp_path: pathlib.Path, capsys) -> 
     assert exercises_main(["progress", str(path), "--run"]) == 0
     assert "1 of 1 exercises solved" in capsys.readouterr().out
     assert path.read_text(encoding="utf-8") == before  # the learner's file is not touched
+
+
+def _progress_rows(text: str) -> dict[str, tuple[str, str]]:
+    """``label -> (status, form)`` from the lines ``progress`` prints."""
+    rows = {}
+    for line in text.splitlines():
+        found = re.match(r"^  \S+ (SOLVED|NOT YET|TO DO|NOT RUN)\s+(\S+)\s+(write|fix|predict|choose)\s", line)
+        if found:
+            rows[found.group(2)] = (found.group(1), found.group(3))
+    return rows
+
+
+def test_progress_reads_every_committed_workbook() -> None:
+    """The committed workbooks as a learner gets them: every exercise is there, not run yet, with the form
+    its chapter gives it."""
+    out = subprocess.run([sys.executable, "-m", "companion.exercises", "progress", str(ROOT / "workbooks")],
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout  # fmt: skip
+    rows = _progress_rows(out)
+    for chapter in CHAPTERS:
+        for ex in _notebooks.exercises_in(_nb(chapter)):
+            assert rows.get(ex.label) == ("NOT RUN", ex.form), f"{chapter.name} {ex.label}: {rows.get(ex.label)}"
+    assert out.splitlines()[-1].startswith("in all: 0 of ")
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=IDS)
+def test_each_exercise_records_its_form(chapter: pathlib.Path) -> None:
+    """``scripts/nbtools.py apply`` records each exercise's form in its cells' metadata, from the text ("**Fix.**")
+    or, where the text does not say, from the starting code; the workbook keeps it."""
+    import copy
+
+    import nbtools
+
+    nb, wb = _nb(chapter), _nb(make_workbooks.workbook_path(chapter))
+    fresh = copy.deepcopy(nb)  # the forms apply would record today
+    for cell in fresh["cells"]:
+        cell.get("metadata", {}).pop("exercise", None)
+    nbtools.set_exercise_forms(fresh)
+    expected = {ex.label: ex.form for ex in _notebooks.exercises_in(fresh)}
+    kept = {c["id"]: c for c in wb["cells"]}
+    for ex in _notebooks.exercises_in(nb):
+        cells = [nb["cells"][i] for i in ex.cells]
+        forms = {_notebooks.stored_form(c) for c in cells}
+        assert forms == {expected[ex.label]}, f"{chapter.name} {ex.label}: forms {forms} (run nbtools.py apply)"
+        assert all(kept[c["id"]]["metadata"]["exercise"] == {"form": ex.form} for c in cells)
+
+
+def test_the_form_is_the_exercises_not_the_learners(tmp_path: pathlib.Path) -> None:
+    """A learner who writes the function of a "write" exercise (the stub's NotImplementedError gone) or
+    replaces None by a number still sees the exercise's own form."""
+    wb = _nb(ROOT / "workbooks" / "03_attention.ipynb")
+    forms = {ex.label: ex.form for ex in _notebooks.exercises_in(wb)}
+    for ex in _notebooks.exercises_in(wb):
+        for i in ex.cells:
+            wb["cells"][i]["source"] = ["def my_attention(q, k, v, mask=None):\n", "    return q\n",
+                                        f"_ = check({ex.targets[0]!r}, my_attention)\n"]  # fmt: skip
+    assert {ex.label: ex.form for ex in _notebooks.exercises_in(wb)} == forms
+    assert forms["ex-03-sdpa"] == "write" and forms["ex-03-cost"] == "predict"
+
+
+def test_progress_runs_a_committed_workbook_quietly() -> None:
+    """``progress --run`` on a workbook as committed (sources as lists of lines): it runs, every exercise
+    fails or is still to do (the stubs), and nothing else is printed: no kernel warning."""
+    name = "03_attention.ipynb"
+    proc = subprocess.run([sys.executable, "-m", "companion.exercises", "progress", "--run", f"workbooks/{name}"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr == "", f"printed on stderr: {proc.stderr[-2000:]}"
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"{name}: 0 of 6 exercises solved", proc.stdout
+    rows = _progress_rows(proc.stdout)
+    assert len(lines) == 1 + len(rows) == 7, proc.stdout
+    chapter = {ex.label: ex.form for ex in _notebooks.exercises_in(_nb(ROOT / "book" / name))}
+    assert {label: form for label, (_, form) in rows.items()} == chapter
+    assert {status for status, _ in rows.values()} <= {"NOT YET", "TO DO"}, proc.stdout
+
+
+def test_workbooks_say_where_the_solutions_are() -> None:
+    """A workbook never claims what only its chapter has ("folded away below each exercise"): where the
+    chapter says so, the workbook says the solutions are in the chapter, and its note says where that is."""
+    for chapter in CHAPTERS:
+        chapter_text = " ".join(_notebooks.source(c) for c in _nb(chapter)["cells"] if c["cell_type"] == "markdown")
+        wb = _nb(make_workbooks.workbook_path(chapter))
+        text = " ".join(_notebooks.source(c) for c in wb["cells"] if c["cell_type"] == "markdown")
+        assert "folded away" not in text, f"{chapter.name}'s workbook says its solutions are folded away"
+        assert "**Where the solutions are:** in the chapter itself, `" in _notebooks.source(wb["cells"][0])
+        if "folded away below each exercise" in chapter_text:
+            assert "the solutions are not in this workbook but in the chapter" in text
 
 
 def test_list_groups_the_exercises_by_chapter(capsys) -> None:

@@ -10,7 +10,9 @@ One module per idea; import them from here (``from companion.attention import Mu
 * :mod:`companion.attention.sdpa` -- ``softmax`` and ``scaled_dot_product_attention``;
 * :mod:`companion.attention.multi_head` -- ``split_heads``, ``merge_heads``, ``repeat_kv`` and
   ``MultiHeadAttention`` (self- and cross-attention, GQA/MQA);
-* :mod:`companion.attention.kv_cache` -- ``KVCache``;
+* :mod:`companion.attention.kv_cache` -- ``KVCache`` and ``RollingKVCache`` (fixed size: sliding window,
+  attention sinks);
+* :mod:`companion.attention.mla` -- ``MultiHeadLatentAttention`` (DeepSeek-V2/V3's low-rank key/value latent);
 * :mod:`companion.attention.tiled` -- ``tiled_attention`` (online softmax over blocks of keys).
 
 Checked against (``tests/test_attention.py``): ``torch.nn.functional.scaled_dot_product_attention``
@@ -23,7 +25,8 @@ Left out on purpose: attention biases such as ALiBi are plain additive masks her
 
 from __future__ import annotations
 
-from companion.attention.kv_cache import KVCache
+from companion.attention.kv_cache import KVCache, RollingKVCache
+from companion.attention.mla import MultiHeadLatentAttention
 from companion.attention.multi_head import MultiHeadAttention, merge_heads, repeat_kv, split_heads
 from companion.attention.sdpa import scaled_dot_product_attention, softmax
 from companion.attention.tiled import tiled_attention
@@ -31,6 +34,8 @@ from companion.attention.tiled import tiled_attention
 __all__ = [
     "KVCache",
     "MultiHeadAttention",
+    "MultiHeadLatentAttention",
+    "RollingKVCache",
     "merge_heads",
     "repeat_kv",
     "scaled_dot_product_attention",

@@ -12,8 +12,9 @@ import torch
 from torch import Tensor
 
 from companion._checks import ID_DTYPES, check_positive_int, check_same_dtype_device, check_tensor
+from companion.masks import check_sinks
 
-__all__ = ["KVCache"]
+__all__ = ["KVCache", "RollingKVCache"]
 
 
 class KVCache:
@@ -106,22 +107,10 @@ class KVCache:
         Shapes:
             k, v: (B, H_kv, T, D_h) -> (k_all, v_all): (B, H_kv, S + T, D_h)
         """
-        check_tensor("k", k, ndim=4)
-        check_tensor("v", v, ndim=4)
-        check_same_dtype_device(k=k, v=v)
-        if k.shape[:-1] != v.shape[:-1]:
-            raise ValueError(f"k is {tuple(k.shape)} but v has {tuple(v.shape)}; expected equal (B, H_kv, T)")
+        self._check_new(k, v)
         old, new = self._length, self._length + k.shape[-2]
         if self.max_length is not None and new > self.max_length:
             raise ValueError(f"the cache would hold {new} positions; expected at most max_length={self.max_length}")
-        if self._k is not None and self._v is not None:
-            same_heads = k.shape[:2] == self._k.shape[:2] and k.shape[-1] == self._k.shape[-1]
-            if not same_heads or v.shape[-1] != self._v.shape[-1]:
-                raise ValueError(
-                    f"new k {tuple(k.shape)} does not match the cached k {tuple(self._k.shape[:2])} + "
-                    f"(·, {self._k.shape[-1]}); expected the same (B, H_kv, ·, D_h) (call reset() for a new batch)"
-                )
-            check_same_dtype_device(cached_k=self._k, k=k)
         if k.requires_grad or v.requires_grad or (self._k is not None and self._k.requires_grad):
             # under autograd, concatenate: an in-place write could change a tensor that backward still needs
             self._k = k if self._k is None else torch.cat([self.k, k], dim=-2)  # (B, H_kv, S + T, D_h)
@@ -136,6 +125,22 @@ class KVCache:
         self._length = new
         return self.k, self.v  # type: ignore[return-value]
 
+    def _check_new(self, k: Tensor, v: Tensor) -> None:
+        """New keys and values fit each other and what is cached: same (B, H_kv, ·, D_h), dtype and device."""
+        check_tensor("k", k, ndim=4)
+        check_tensor("v", v, ndim=4)
+        check_same_dtype_device(k=k, v=v)
+        if k.shape[:-1] != v.shape[:-1]:
+            raise ValueError(f"k is {tuple(k.shape)} but v has {tuple(v.shape)}; expected equal (B, H_kv, T)")
+        if self._k is not None and self._v is not None:
+            same_heads = k.shape[:2] == self._k.shape[:2] and k.shape[-1] == self._k.shape[-1]
+            if not same_heads or v.shape[-1] != self._v.shape[-1]:
+                raise ValueError(
+                    f"new k {tuple(k.shape)} does not match the cached k {tuple(self._k.shape[:2])} + "
+                    f"(·, {self._k.shape[-1]}); expected the same (B, H_kv, ·, D_h) (call reset() for a new batch)"
+                )
+            check_same_dtype_device(cached_k=self._k, k=k)
+
     def _room(self, needed: int, current: int) -> int:
         room = max(needed, 2 * current)
         return room if self.max_length is None else min(room, self.max_length)
@@ -149,3 +154,103 @@ class KVCache:
         bigger = buffer.new_empty(b, h, self._room(needed, current), d)  # (B, H_kv, room, D_h)
         bigger[:, :, :filled] = buffer[:, :, :filled]
         return bigger
+
+
+class RollingKVCache(KVCache):
+    """A KV cache of fixed size: Mistral's rolling buffer, with StreamingLLM's attention sinks if asked.
+
+    Each query sees at most ``window`` keys: the first ``n_sinks`` positions of the text (the *attention
+    sinks* of Xiao et al., *Efficient Streaming Language Models with Attention Sinks*, 2024) and the
+    ``window - n_sinks`` most recent ones, itself included. Between calls the cache stores the ``window - 1``
+    of them the next query needs besides its own key; older positions are evicted as new ones come in, so
+    memory stays constant however long the text. ``n_sinks=0`` is the plain sliding window of Mistral 7B
+    (Jiang et al. 2023).
+
+    Positions stay absolute: keys keep the RoPE rotation of the position they were computed at, and
+    :attr:`length` counts every position seen so far (the offset of the next token), while :attr:`size`
+    counts the positions stored. Decoding through this cache gives exactly what a full forward pass with
+    ``sliding_window_mask(T, window, n_sinks=n_sinks)`` gives (tests/test_rolling_cache.py). A query sees the
+    stored keys and the new ones allowed by :meth:`mask`; for one new token that is every key returned.
+
+    Args:
+        window: the most positions held (and seen by one query, itself included).
+        n_sinks: how many of them are the text's first positions (0 <= n_sinks < window).
+
+    Shapes:
+        k, v: (B, H_kv, size, D_h), ``None`` while empty; positions: (size,) int64, increasing.
+    """
+
+    def __init__(self, window: int, n_sinks: int = 0) -> None:
+        check_positive_int("window", window)
+        check_sinks(n_sinks, window)
+        super().__init__(None)
+        self.window, self.n_sinks = window, n_sinks
+        self._seen = 0
+        self._positions = torch.empty(0, dtype=torch.long)  # (size,) absolute position of each stored slot
+
+    @property
+    def k(self) -> Tensor | None:
+        """The stored keys (B, H_kv, size, D_h), or ``None`` while empty."""
+        return self._k
+
+    @property
+    def v(self) -> Tensor | None:
+        """The stored values (B, H_kv, size, D_v), or ``None`` while empty."""
+        return self._v
+
+    @property
+    def length(self) -> int:
+        """Positions seen so far (stored or evicted): the absolute position of the next token."""
+        return self._seen
+
+    @property
+    def size(self) -> int:
+        """Positions stored (at most ``window - 1`` between calls)."""
+        return int(self._positions.numel())
+
+    @property
+    def positions(self) -> Tensor:
+        """Absolute positions of the stored keys, (size,) int64."""
+        return self._positions
+
+    def reset(self) -> None:
+        super().reset()
+        self._seen, self._positions = 0, torch.empty(0, dtype=torch.long)
+
+    def mask(self, t: int, device: torch.device | str | None = None) -> Tensor:
+        """Which keys the next ``t`` queries may see: the stored ones then the ``t`` new ones (what
+        :meth:`update` returns). Query ``p`` sees key ``j`` iff ``j <= p`` and (``j < n_sinks`` or
+        ``p - j < window - n_sinks``).
+
+        Shapes: returns (T, size + T), boolean (``True`` = may attend).
+        """
+        check_positive_int("t", t)
+        p = torch.arange(self._seen, self._seen + t)  # (T,) absolute positions of the new queries
+        j = torch.cat([self._positions, p])  # (size + T,) absolute positions of the keys
+        p, j = p[:, None], j[None, :]  # (T, 1), (1, size + T)
+        visible = (j <= p) & ((j < self.n_sinks) | (p - j < self.window - self.n_sinks))  # (T, size + T)
+        return visible.to(device)
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Return the stored keys/values followed by ``k``, ``v`` (for the new queries, with :meth:`mask`), then
+        keep only what the next query needs: the sinks and the ``window - n_sinks - 1`` most recent positions.
+
+        Shapes:
+            k, v: (B, H_kv, T, D_h) -> (k_all, v_all): (B, H_kv, size + T, D_h)
+        """
+        self._check_new(k, v)
+        if self._k is not None and self._v is not None:
+            k_all = torch.cat([self._k, k], dim=-2)  # (B, H_kv, size + T, D_h)
+            v_all = torch.cat([self._v, v], dim=-2)  # (B, H_kv, size + T, D_v)
+        else:
+            k_all, v_all = k, v
+        t = k.shape[-2]
+        positions = torch.cat([self._positions, torch.arange(self._seen, self._seen + t)])  # (size + T,)
+        last = self._seen + t - 1  # the newest position: what the next query needs is decided from it
+        # keep what the next query (at last + 1) will see besides itself: the sinks and the recent keys
+        keep = (positions < self.n_sinks) | (last - positions < self.window - self.n_sinks - 1)  # (size + T,)
+        index = keep.nonzero().flatten().to(k.device)  # (size_new,) slots that stay
+        self._k, self._v = k_all.index_select(-2, index), v_all.index_select(-2, index)  # (B, H_kv, size_new, D_h)
+        self._positions = positions[keep]
+        self._seen += t
+        return k_all, v_all

@@ -29,6 +29,7 @@ from companion._checks import (
 )
 from companion.attention.kv_cache import KVCache
 from companion.attention.sdpa import _check_causal, _check_mask, scaled_dot_product_attention
+from companion.layers import RMSNorm
 from companion.masks import causal_mask, combine_masks
 from companion.packing import pack_linears, packed_linear
 
@@ -107,6 +108,10 @@ class MultiHeadAttention(nn.Module):
         fused_qkv: keep ``q_proj``/``k_proj``/``v_proj``'s weights side by side in one matrix and compute the
             three in one matrix product when no gradient is needed (fast path for decoding; same parameters
             and ``state_dict``; see :mod:`companion.packing`).
+        head_dim: D_h when it is not D / H (Qwen3: 128 with D = 1024, H = 16); the projections then map
+            D -> H·D_h and back.
+        qk_norm: an RMSNorm over each head's queries and keys (one gain vector of D_h, shared by the heads),
+            before RoPE, as in Qwen3, OLMo 2 and Gemma 3 (chapter 14); ``qk_norm_eps`` is its epsilon.
     """
 
     def __init__(
@@ -120,33 +125,48 @@ class MultiHeadAttention(nn.Module):
         rope: RotaryEmbedding | None = None,
         use_sdpa: bool = False,
         fused_qkv: bool = False,
+        head_dim: int | None = None,
+        qk_norm: bool = False,
+        qk_norm_eps: float = 1e-6,
     ) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("n_heads", n_heads)
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         check_positive_int("n_kv_heads", n_kv_heads)
-        check_divisible("d_model", d_model, "n_heads", n_heads)
+        if head_dim is None:
+            check_divisible("d_model", d_model, "n_heads", n_heads)
+        else:
+            check_positive_int("head_dim", head_dim)
+        check_bool("qk_norm", qk_norm)
         check_divisible("n_heads", n_heads, "n_kv_heads", n_kv_heads)
         check_bool("bias", bias)
         check_dropout("dropout", dropout)
         check_bool("use_sdpa", use_sdpa)
         check_bool("fused_qkv", fused_qkv)
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
-        self.head_dim = d_model // n_heads
+        self.head_dim = d_model // n_heads if head_dim is None else head_dim
         self.dropout, self.rope, self.use_sdpa, self.fused_qkv = dropout, rope, use_sdpa, fused_qkv
         self.q_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(n_heads * self.head_dim, d_model, bias=bias)
+        self.q_norm = RMSNorm(self.head_dim, qk_norm_eps) if qk_norm else None  # QK-norm (chapter 14)
+        self.k_norm = RMSNorm(self.head_dim, qk_norm_eps) if qk_norm else None
         if fused_qkv:
+            self._pack_qkv()
+
+    def _pack_qkv(self) -> None:
+        """With ``fused_qkv``: q/k/v's weights side by side in one matrix (while they are plain ``nn.Linear``
+        layers; LoRA adapters replace them until merged, and the products then run one by one)."""
+        if all(type(p) is nn.Linear for p in (self.q_proj, self.k_proj, self.v_proj)):
             pack_linears(self.q_proj, self.k_proj, self.v_proj)
 
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> MultiHeadAttention:
         """``.to()``, ``.half()``... convert each weight on its own: with ``fused_qkv``, pack q/k/v again."""
         super()._apply(fn, recurse)
         if self.fused_qkv:
-            pack_linears(self.q_proj, self.k_proj, self.v_proj)
+            self._pack_qkv()
         return self
 
     def _check_inputs(self, x: Tensor, memory: Tensor | None, kv_cache: KVCache | None) -> None:
@@ -197,6 +217,8 @@ class MultiHeadAttention(nn.Module):
             q = split_heads(q, self.n_heads)  # (B, H, T, D_h)
             k = split_heads(k, self.n_kv_heads)  # (B, H_kv, T, D_h)
             v = split_heads(v, self.n_kv_heads)  # (B, H_kv, T, D_h)
+            if self.q_norm is not None:  # QK-norm: each head's q and k to unit RMS times a gain, before RoPE
+                q, k = self.q_norm(q), self.k_norm(k)
             if self.rope is not None:
                 offset = 0 if kv_cache is None else kv_cache.length
                 q, k = self.rope(q, offset), self.rope(k, offset)
@@ -204,11 +226,15 @@ class MultiHeadAttention(nn.Module):
                 k, v = kv_cache.update(k, v)  # (B, H_kv, S, D_h)
         else:  # cross-attention: queries from x, keys and values from the encoder output
             q = split_heads(self.q_proj(x), self.n_heads)  # (B, H, T, D_h)
+            if self.q_norm is not None:
+                q = self.q_norm(q)
             if kv_cache is not None and kv_cache.length > 0:  # encoder K/V already cached
                 k, v = kv_cache.k, kv_cache.v  # (B, H_kv, S, D_h)
             else:
                 k = split_heads(self.k_proj(memory), self.n_kv_heads)  # (B, H_kv, S, D_h)
                 v = split_heads(self.v_proj(memory), self.n_kv_heads)  # (B, H_kv, S, D_h)
+                if self.k_norm is not None:
+                    k = self.k_norm(k)
                 if kv_cache is not None:
                     kv_cache.update(k, v)
         n_rep = self.n_heads // self.n_kv_heads

@@ -5,7 +5,9 @@ Two console scripts, declared in ``pyproject.toml`` and also runnable with ``pyt
 - ``companion-train TEXT_FILE --out DIR`` = ``python -m companion.cli.train`` (:mod:`companion.cli.train`);
 - ``companion-sample DIR --prompt "..."`` = ``python -m companion.cli.sample`` (:mod:`companion.cli.sample`).
 
-The run folder DIR and its checkpoint are described in :mod:`companion.cli.run_folder`; the data pipeline
+``companion-train --init-from SOURCE [--lora R]`` fine-tunes a run or a Hugging Face folder instead
+(:mod:`companion.cli.init_from`, chapter 13). The run folder DIR and its checkpoint are described in
+:mod:`companion.cli.run_folder`; the data pipeline
 (text file -> tokenizer -> ids on disk -> batches) is :mod:`companion.data`.
 
 Both ``main(argv)`` functions return the exit code instead of exiting, so a notebook or a test can call

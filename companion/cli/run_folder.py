@@ -10,13 +10,16 @@ The checkpoint is one ``torch.save`` dict of plain values (read back with ``torc
 which refuses arbitrary pickles): ``format``, ``model`` (state dict), ``optimizer`` (state dict), ``step``
 (optimiser steps done), ``rng`` (Python, NumPy, torch CPU and CUDA generator states), ``model_config``
 (``ModelConfig`` as a dict), ``tokenizer`` (a reference: kind, file name, SHA-256), ``args`` (the training
-arguments) and ``data`` (the text's fingerprint and token count). Every file is written atomically
+arguments) and ``data`` (the text's fingerprint and token count); a run with LoRA adapters (``--lora``) also
+has ``lora``: ``{"r", "alpha", "targets", "merged"}``, its model state holding the frozen weights and the
+adapters until the last step, where they are merged (``merged: True``). Every file is written atomically
 (``companion._files.atomic_write``: a temporary file, then a rename), so a crash or Ctrl-C during a save
 leaves the previous checkpoint whole. It is its own format rather than ``companion.training.checkpoints``' (weights,
 optimiser, config, step): resuming bit for bit also needs the generator states, and sampling needs the
 tokenizer reference, which that layout has no place for; both write through the same ``atomic_write``.
 
-``load_run(DIR)`` gives the trained model and its tokenizer back, for sampling or for a notebook.
+``load_run(DIR)`` gives the trained model and its tokenizer back, for sampling or for a notebook (a run stopped
+with its adapters unmerged comes back merged).
 """
 
 from __future__ import annotations
@@ -34,11 +37,12 @@ from torch import nn
 
 from companion._files import atomic_write, atomic_write_text
 from companion.data import TOKENIZER_FILES, Tokenizer, load_tokenizer
+from companion.finetune import apply_lora, lora_modules, merge_lora
 from companion.models import GPT, ModelConfig
 
 __all__ = [
     "CHECKPOINT", "LOG", "TOKENS", "RUN_INFO", "RUN_FILES", "Run", "check_out_folder", "get_rng_state",
-    "set_rng_state", "save_run_checkpoint", "read_run_checkpoint", "write_run_info", "load_run",
+    "set_rng_state", "save_run_checkpoint", "read_run_checkpoint", "write_run_info", "load_run", "build_model",
 ]  # fmt: skip
 
 CHECKPOINT, LOG, TOKENS, RUN_INFO = "checkpoint.pt", "log.csv", "tokens.bin", "run.json"
@@ -111,7 +115,7 @@ def _unwrap(model: nn.Module) -> nn.Module:
 
 def save_run_checkpoint(
     path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, model_config: ModelConfig,
-    tokenizer: dict[str, str], args: dict[str, Any], data: dict[str, Any],
+    tokenizer: dict[str, str], args: dict[str, Any], data: dict[str, Any], lora: dict[str, Any] | None = None,
 ) -> None:  # fmt: skip
     """Write the checkpoint atomically: the previous one stays whole until the new one is complete."""
     state = {
@@ -124,6 +128,7 @@ def save_run_checkpoint(
         "tokenizer": tokenizer,
         "args": args,
         "data": data,
+        "lora": lora,
     }
     with atomic_write(path) as tmp:
         torch.save(state, tmp)
@@ -148,6 +153,14 @@ def write_run_info(folder: Path, checkpoint_like: dict[str, Any]) -> None:
     atomic_write_text(folder / RUN_INFO, json.dumps(info, indent=2) + "\n")
 
 
+def build_model(config: ModelConfig, lora: dict[str, Any] | None) -> GPT:
+    """A ``GPT`` of ``config`` shaped like a checkpoint's model: with unmerged adapters if ``lora`` says so."""
+    model = GPT(config)
+    if lora is not None and not lora["merged"]:
+        apply_lora(model, lora["r"], lora["alpha"], targets=lora["targets"])
+    return model
+
+
 @dataclass
 class Run:
     """A trained run read back from its folder."""
@@ -158,9 +171,10 @@ class Run:
     folder: Path  # the run folder it was read from
 
 
-def load_run(folder: str | Path, device: str | torch.device = "cpu") -> Run:
-    """The model and tokenizer of the run in ``folder`` (its last checkpoint). The model is built with
-    ``decode_layout`` (the same weights, laid out for fast decoding; :mod:`companion.packing`).
+def load_run(folder: str | Path, device: str | torch.device = "cpu", *, decode_layout: bool = True) -> Run:
+    """The model and tokenizer of the run in ``folder`` (its last checkpoint). By default the model is built with
+    ``decode_layout`` (the same weights, laid out for fast decoding; :mod:`companion.packing`); pass
+    ``decode_layout=False`` for the checkpoint's own config (to train from it).
 
     Raises ``FileNotFoundError`` (no folder, no checkpoint, tokenizer file missing) or ``ValueError``
     (a corrupt checkpoint, or weights that do not fit its own config).
@@ -171,9 +185,11 @@ def load_run(folder: str | Path, device: str | torch.device = "cpu") -> Run:
     state = read_run_checkpoint(folder / CHECKPOINT)
     try:
         config = ModelConfig(**state["model_config"])
-        model = GPT(config.replace(decode_layout=True))  # the same weights, laid out for fast decoding
+        model = build_model(config.replace(decode_layout=decode_layout), state.get("lora"))
         model.load_state_dict(state["model"])
-    except (TypeError, RuntimeError) as err:
+    except (TypeError, RuntimeError, KeyError) as err:
         raise ValueError(f"checkpoint {str(folder / CHECKPOINT)!r} does not describe a valid model ({err})") from None
+    if lora_modules(model):  # a run stopped before its last step: fold its adapters in
+        merge_lora(model)
     tokenizer = load_tokenizer(folder, state["tokenizer"])
     return Run(model.to(device).eval(), tokenizer, state, folder)

@@ -23,6 +23,15 @@ steps in one go (tests/test_cli.py). ``--steps`` is the length of the whole sche
 this invocation after step K without changing the schedule. On ``--resume`` the model and tokenizer flags
 must be left out (or match the run); the optimiser, schedule and loop flags may be changed.
 
+Fine-tuning (chapter 13): ``--init-from SOURCE`` starts from the weights and the tokenizer of a run folder or
+of a Hugging Face model folder (``companion.cli.init_from``) instead of training a tokenizer and initialising
+the weights; ``--lora R`` then trains LoRA adapters only (``companion.finetune``) and merges them into the
+weights of the last checkpoint, so the finished folder holds a plain model that ``companion-sample`` and
+``GPT.save_pretrained`` use as any other.
+
+    companion-train notes.txt --out tuned --init-from run --steps 300 --lr 3e-4      # every weight
+    companion-train notes.txt --out tuned --init-from run --steps 300 --lora 8       # adapters only
+
 This is its own loop rather than ``companion.training.train``: it must log and checkpoint between steps and
 stop cleanly on Ctrl-C, but every step does what ``train`` does, in the same order.
 Under ``torchrun`` each process takes 1/N of the same global batch (as ``python -m companion.training``);
@@ -51,6 +60,7 @@ from torch import Tensor, nn
 
 from companion._files import atomic_write_text
 from companion.cli import EXIT_INTERRUPTED, EXIT_OK, UsageError, run_main
+from companion.cli.init_from import encode_text, lora_targets, read_source
 from companion.cli.run_folder import (
     CHECKPOINT,
     LOG,
@@ -61,16 +71,18 @@ from companion.cli.run_folder import (
     set_rng_state,
     write_run_info,
 )
-from companion.cli.train_args import device_for, model_config_for, parser, resolve_args
+from companion.cli.train_args import device_for, init_from_args, model_config_for, parser, resolve_args
 from companion.data import (
     TokenData,
     load_tokenizer,
     read_text_file,
     save_tokenizer,
     text_sha256,
+    tokenizer_kind,
     train_tokenizer,
     write_token_file,
 )
+from companion.finetune import apply_lora, merge_lora
 from companion.models import GPT, ModelConfig
 from companion.training import TrainConfig, lm_loss, lr_at, make_optimizer
 from companion.training.ddp import batch_shard, data_parallel, process_group_backend
@@ -101,25 +113,42 @@ def _truncate_log(path: Path, last_step: int) -> None:
 # --- the run ---------------------------------------------------------------------------------------------
 
 
-def _prepare(given: argparse.Namespace, out: Path) -> tuple[dict[str, Any], dict[str, Any] | None, dict, dict]:
-    """Check the input and the folder, write a new run's files; return (args, checkpoint, tokenizer, data)."""
+def _prepare(given: argparse.Namespace, out: Path) -> tuple[dict[str, Any], dict[str, Any] | None, dict, dict, dict]:
+    """Check the input and the folder, write a new run's files; return (args, checkpoint, tokenizer, data,
+    model config as a dict)."""
     check_out_folder(out, resume=given.resume)
     if given.resume:
+        if given.init_from is not None:
+            raise UsageError("--init-from starts a new run from SOURCE; leave it out with --resume (the run in "
+                             f"{str(out)!r} keeps the weights it has)")
         checkpoint = read_run_checkpoint(out / CHECKPOINT)
+        if (checkpoint.get("lora") or {}).get("merged"):
+            raise UsageError(f"the LoRA run in {str(out)!r} finished and its adapters were merged into the weights; "
+                             f"to train it further, start a new run with --init-from {str(out)!r}")
         args = resolve_args(given, checkpoint["args"])
         data = checkpoint["data"]
         if given.text_file is not None and text_sha256(read_text_file(given.text_file)) != data["sha256"]:
             raise UsageError(f"TEXT_FILE {given.text_file!r} is not the text the run in {str(out)!r} was trained on; "
                              "leave it out to resume on the stored token ids")
-        return args, checkpoint, checkpoint["tokenizer"], data
+        config = checkpoint["model_config"] if args["init_from"] else dataclasses.asdict(
+            model_config_for(args, data["vocab_size"]))
+        return args, checkpoint, checkpoint["tokenizer"], data, config
     if given.text_file is None:
         raise UsageError("TEXT_FILE is missing; a new run needs a text file to train on")
-    args = resolve_args(given, None)
-    text = read_text_file(given.text_file)
-    tokenizer = train_tokenizer(text, args["tokenizer"], args["vocab_size"])
-    ids = np.asarray(tokenizer.encode(text), dtype=np.int64)
+    if given.init_from is not None:
+        source = read_source(given.init_from)
+        args = init_from_args(given, source.config, tokenizer_kind(source.tokenizer), source.seq_len)
+        text = read_text_file(given.text_file)
+        tokenizer = source.tokenizer
+        ids = encode_text(source, text, given.text_file)
+        config = source.config.replace(dropout=args["dropout"], use_sdpa=True, fused_norm=True)
+    else:
+        args = resolve_args(given, None)
+        text = read_text_file(given.text_file)
+        tokenizer = train_tokenizer(text, args["tokenizer"], args["vocab_size"])
+        ids = np.asarray(tokenizer.encode(text), dtype=np.int64)
+        config = model_config_for(args, tokenizer.vocab_size)  # raises on sizes that do not fit together
     TokenData(ids, args["seq_len"], args["batch_size"])  # raises if the text is shorter than a window
-    config = model_config_for(args, tokenizer.vocab_size)  # raises on sizes that do not fit together
     data = {"source": str(given.text_file), "sha256": text_sha256(text), "n_chars": len(text),
             "n_tokens": len(ids), "vocab_size": config.vocab_size}  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)  # nothing is written before every check has passed
@@ -128,7 +157,7 @@ def _prepare(given: argparse.Namespace, out: Path) -> tuple[dict[str, Any], dict
     info = {"model_config": dataclasses.asdict(config), "tokenizer": tokenizer_ref, "args": args, "data": data}
     write_run_info(out, info)
     atomic_write_text(out / LOG, ",".join(LOG_COLUMNS) + "\n")
-    return args, None, tokenizer_ref, data
+    return args, None, tokenizer_ref, data, dataclasses.asdict(config)
 
 
 def _evaluate(model: nn.Module, batches: list[Tensor], device: torch.device) -> float:
@@ -145,13 +174,21 @@ def _evaluate(model: nn.Module, batches: list[Tensor], device: torch.device) -> 
 
 
 def _model_and_optimizer(
-    args: dict[str, Any], config: ModelConfig, checkpoint: dict[str, Any] | None, device: torch.device
-) -> tuple[GPT, torch.optim.AdamW, TrainConfig]:
-    """A new model (seeded), or the checkpoint's weights, AdamW moments and generator states."""
+    args: dict[str, Any], config: ModelConfig, checkpoint: dict[str, Any] | None, device: torch.device, rank: int
+) -> tuple[GPT, torch.optim.AdamW, TrainConfig, dict[str, Any] | None]:
+    """A new model (seeded, or SOURCE's weights), or the checkpoint's weights, AdamW moments and generator
+    states; with ``--lora``, adapters on the frozen model. Returns (model, optimizer, schedule, lora info)."""
     random.seed(args["seed"])
     np.random.seed(args["seed"])
     torch.manual_seed(args["seed"])  # the initial weights (identical on every process)
-    model = GPT(config).to(device)
+    model = GPT(config)
+    if checkpoint is None and args["init_from"] and rank == 0:  # under torchrun DDP copies rank 0's weights
+        model.load_state_dict(read_source(args["init_from"]).state)
+    lora = None
+    if args["lora"]:
+        lora = {"r": args["lora"], "alpha": 2.0 * args["lora"], "targets": lora_targets(model), "merged": False}
+        apply_lora(model, lora["r"], lora["alpha"], targets=lora["targets"])
+    model = model.to(device)
     train_config = TrainConfig(
         steps=args["steps"], lr=args["lr"], min_lr_ratio=args["min_lr_ratio"], warmup_steps=args["warmup"],
         weight_decay=args["weight_decay"], betas=(args["beta1"], args["beta2"]), grad_clip=args["grad_clip"] or None,
@@ -166,7 +203,7 @@ def _model_and_optimizer(
             group["betas"] = train_config.betas
             group["weight_decay"] = train_config.weight_decay if group["weight_decay"] else 0.0
         set_rng_state(checkpoint["rng"])  # dropout continues with the masks an unbroken run would draw
-    return model, optimizer, train_config
+    return model, optimizer, train_config, lora
 
 
 @contextlib.contextmanager
@@ -203,7 +240,7 @@ def _train(given: argparse.Namespace) -> int:
         box = [prepared]
         dist.broadcast_object_list(box)  # rank 0 checked and wrote the folder; the others read what it found
         prepared = box[0]
-    args, checkpoint, tokenizer_ref, data_info = prepared
+    args, checkpoint, tokenizer_ref, data_info, config_dict = prepared
     device = device_for(args["device"], int(os.environ.get("LOCAL_RANK", "0")))
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -213,7 +250,7 @@ def _train(given: argparse.Namespace) -> int:
     data = TokenData.open(out / TOKENS, data_info["vocab_size"], args["seq_len"], args["batch_size"], args["seed"])
     if len(data.ids) != data_info["n_tokens"]:
         raise ValueError(f"{str(out / TOKENS)!r} holds {len(data.ids)} ids, the run expects {data_info['n_tokens']}")
-    config = model_config_for(args, data_info["vocab_size"])
+    config = ModelConfig(**config_dict)
     steps, start = args["steps"], checkpoint["step"] if checkpoint else 0
     stop = min(given.stop_at or steps, steps)
     if start >= steps:
@@ -222,7 +259,7 @@ def _train(given: argparse.Namespace) -> int:
     if stop <= start:
         raise UsageError(f"--stop-at {given.stop_at} is not after the checkpoint's step {start}")
 
-    model, optimizer, train_config = _model_and_optimizer(args, config, checkpoint, device)
+    model, optimizer, train_config, lora = _model_and_optimizer(args, config, checkpoint, device, rank)
     if rank == 0 and checkpoint is not None:
         _truncate_log(out / LOG, start)
     # what the steps run through: under torchrun the model wrapped in DDP (gradients averaged over processes)
@@ -232,8 +269,11 @@ def _train(given: argparse.Namespace) -> int:
 
     def save(step: int) -> None:
         if rank == 0:
+            if lora is not None and step == steps:  # the end of a LoRA run: W + (alpha / r) B A, a plain model
+                merge_lora(model)
+                lora["merged"] = True
             save_run_checkpoint(out / CHECKPOINT, model=model, optimizer=optimizer, step=step, model_config=config,
-                                tokenizer=tokenizer_ref, args=args, data=data_info)  # fmt: skip
+                                tokenizer=tokenizer_ref, args=args, data=data_info, lora=lora)  # fmt: skip
 
     if checkpoint is None:
         save(0)  # a new run is resumable from the start
@@ -247,6 +287,10 @@ def _train(given: argparse.Namespace) -> int:
     say = (bar.write if progress else print) if rank == 0 else (lambda message: None)
     say(f"{PROG}: {data_info['n_tokens']:,} tokens ({tokenizer_ref['kind']}, vocabulary {config.vocab_size}; "
         f"train {data.n_train:,} / validation {data.n_val:,}); steps {start + 1}..{stop} of {steps} on {device}")
+    if args["init_from"]:
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        what = f"LoRA rank {args['lora']} on {', '.join(lora['targets'])}" if lora else "every weight"
+        say(f"{PROG}: fine-tuning {str(args['init_from'])!r}: {what} ({trainable:,} trainable parameters)")
 
     interrupted = threading.Event()
     done, updating, val_loss = start, False, float("nan")

@@ -5,6 +5,10 @@ A new run fills every flag left out from ``DEFAULTS``; a resumed run from the ar
 checkpoint. ``MODEL_FLAGS`` (the tokenizer and the model's shape) are fixed for the life of a run: a resume
 that gives a different value is refused, since the folder then holds another model. Every other flag
 (optimiser, schedule, loop, device) may change when resuming.
+
+A fine-tuning run (``--init-from SOURCE``, chapter 13) takes its tokenizer and model shape from SOURCE:
+``init_from_args`` fills the model flags from the source's config and refuses them on the command line;
+``--seq-len`` (the training window) may be given, up to the model's context, and ``--dropout`` too.
 """
 
 from __future__ import annotations
@@ -18,18 +22,20 @@ import torch
 from companion.cli import ArgumentParser, UsageError
 from companion.models import ModelConfig
 
-__all__ = ["DEFAULTS", "MODEL_FLAGS", "parser", "resolve_args", "model_config_for", "device_for"]
+__all__ = ["DEFAULTS", "MODEL_FLAGS", "SHAPE_FLAGS", "parser", "resolve_args", "init_from_args", "model_config_for",
+           "device_for"]  # fmt: skip
 
+# The tokenizer and the model's shape: chosen by a new run, taken from SOURCE by a fine-tuning run.
+SHAPE_FLAGS = ("tokenizer", "vocab_size", "arch", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff")
 # Flags that define the model and its data: fixed for the life of a run (a resume must not change them).
-MODEL_FLAGS = ("tokenizer", "vocab_size", "arch", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
-               "seq_len", "dropout")  # fmt: skip
+MODEL_FLAGS = (*SHAPE_FLAGS, "seq_len", "dropout", "init_from", "lora")
 # Defaults of every flag whose default a resumed run takes from its checkpoint instead.
 DEFAULTS: dict[str, Any] = {
     "tokenizer": "bpe", "vocab_size": 512, "arch": "gpt2", "d_model": 128, "n_layers": 4, "n_heads": 4,
     "n_kv_heads": None, "d_ff": None, "seq_len": 64, "dropout": 0.0,
     "batch_size": 12, "lr": 1e-3, "min_lr_ratio": 0.1, "warmup": None, "weight_decay": 0.1, "beta1": 0.9,
     "beta2": 0.99, "grad_clip": 1.0, "seed": 0, "steps": 1000, "eval_every": 100, "eval_windows": 64,
-    "checkpoint_every": None, "device": "cpu",
+    "checkpoint_every": None, "device": "cpu", "init_from": None, "lora": None,
 }  # fmt: skip  (nanoGPT's CPU recipe: 4 layers, 4 heads, width 128, context 64, batch 12, β2 0.99)
 
 
@@ -85,14 +91,23 @@ def parser() -> ArgumentParser:
     g.add_argument("--eval-windows", type=_positive_int, help="validation windows per evaluation (default 64)")
     g.add_argument("--checkpoint-every", type=_positive_int, help="checkpoint every N steps (default: --eval-every)")
     g.add_argument("--device", choices=("cpu", "cuda"), help="where to train (default cpu)")
+    g = p.add_argument_group("fine-tuning (chapter 13)")
+    g.add_argument("--init-from", metavar="SOURCE", help="start from the weights and tokenizer of SOURCE: a "
+                   "companion-train run folder, or a Hugging Face model folder (GPT-2, Llama) with a tokenizer.json; "
+                   "the tokenizer and model flags then come from SOURCE")
+    g.add_argument("--lora", type=_positive_int, metavar="R", help="with --init-from: train rank-R LoRA adapters "
+                   "(alpha = 2R) on every attention and FFN projection instead of all weights; the last checkpoint "
+                   "holds the merged weights")
     g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show a progress bar (default: only when stderr is a terminal)")
     return p
 
 
-def resolve_args(given: argparse.Namespace, saved: dict[str, Any] | None) -> dict[str, Any]:
-    """Given flags over the run's saved arguments (``--resume``) or over ``DEFAULTS`` (a new run)."""
-    args = {**DEFAULTS, **(saved or {})}  # a flag newer than the checkpoint takes its default
+def resolve_args(
+    given: argparse.Namespace, saved: dict[str, Any] | None, defaults: dict[str, Any] = DEFAULTS
+) -> dict[str, Any]:
+    """Given flags over the run's saved arguments (``--resume``) or over ``defaults`` (a new run)."""
+    args = {**defaults, **(saved or {})}  # a flag newer than the checkpoint takes its default
     for name in DEFAULTS:
         value = getattr(given, name)
         if value is None:
@@ -113,8 +128,34 @@ def resolve_args(given: argparse.Namespace, saved: dict[str, Any] | None) -> dic
     for name in ("beta1", "beta2"):
         if not 0 <= args[name] < 1:
             raise UsageError(f"--{name} {args[name]} is invalid; expected 0 <= {name} < 1")
+    if args["lora"] is not None and args["init_from"] is None:
+        raise UsageError(f"--lora {args['lora']} fine-tunes a pretrained model through adapters; pass --init-from "
+                         "SOURCE too")
     if args["tokenizer"] == "bpe" and args["vocab_size"] < 256:
         raise UsageError(f"--vocab-size {args['vocab_size']} is too small; a byte-level BPE needs >= 256")
+    return args
+
+
+def init_from_args(given: argparse.Namespace, config: ModelConfig, tokenizer_kind: str, seq_len: int) -> dict:
+    """The arguments of a fine-tuning run: the model flags describe the source model (``config``, its
+    tokenizer's kind, its default window ``seq_len``); the other flags as given or ``DEFAULTS``.
+
+    Raises ``UsageError`` for a model flag given with ``--init-from`` and for a ``--seq-len`` longer than the
+    model's context ``config.max_seq_len``.
+    """
+    for name in SHAPE_FLAGS:
+        if getattr(given, name) is not None:
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"{flag} cannot be combined with --init-from: the tokenizer and the model's shape come "
+                             f"from {given.init_from!r}; drop {flag}")
+    shape = {"tokenizer": tokenizer_kind, "vocab_size": config.vocab_size,
+             "arch": "llama" if config.activation == "swiglu" else "gpt2", "d_model": config.d_model,
+             "n_layers": config.n_layers, "n_heads": config.n_heads, "n_kv_heads": config.n_kv_heads,
+             "d_ff": config.d_ff, "seq_len": seq_len, "dropout": config.dropout}  # fmt: skip
+    args = resolve_args(given, None, defaults={**DEFAULTS, **shape})
+    if args["seq_len"] > config.max_seq_len:
+        raise UsageError(f"--seq-len {args['seq_len']} is longer than the context of the model in {given.init_from!r} "
+                         f"(max_seq_len={config.max_seq_len}); pass --seq-len {config.max_seq_len} or less")
     return args
 
 

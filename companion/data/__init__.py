@@ -10,6 +10,9 @@ you give. Import from here (``from companion.data import toy_translation, TokenD
   for this course, for the character-level language model.
 - :mod:`companion.data.markov` -- ``markov_source``: a random order-k Markov chain whose entropy rate
   (nats/token) is computed exactly, the irreducible loss E of the scaling-law experiment.
+- :mod:`companion.data.instructions` -- instructions with known answers for fine-tuning (chapter 13): the
+  glossary's terms in English and Chinese, the self-check questions, the toy translations; held-out splits by
+  key, and a corrupted answer for preference pairs.
 - :mod:`companion.data.text` -- your own text (chapter 11, ``companion-train``): ``read_text_file``,
   ``train_tokenizer`` / ``save_tokenizer`` / ``load_tokenizer``, the ids on disk (``write_token_file``) and
   ``TokenData``, which serves random training windows and fixed validation windows from them.
@@ -18,10 +21,25 @@ you give. Import from here (``from companion.data import toy_translation, TokenD
 from __future__ import annotations
 
 from companion.data.corpus import char_corpus
+from companion.data.instructions import (
+    GLOSSARY_FAMILIES,
+    GlossaryTerm,
+    Instruction,
+    SelfCheckQuestion,
+    first_sentence,
+    glossary_instructions,
+    glossary_terms,
+    self_check_instructions,
+    self_check_questions,
+    split_by_key,
+    swap_adjacent_words,
+    translation_instructions,
+)
 from companion.data.markov import MarkovSource, markov_source
 from companion.data.text import (
     TOKENIZER_FILES,
     VAL_FRACTION,
+    HFTokenizer,
     TokenData,
     Tokenizer,
     load_tokenizer,
@@ -29,6 +47,7 @@ from companion.data.text import (
     save_tokenizer,
     text_sha256,
     token_dtype,
+    tokenizer_kind,
     train_tokenizer,
     write_token_file,
 )
@@ -51,6 +70,9 @@ from companion.data.translation import (
 __all__ = [
     "PAD", "BOS", "EOS", "UNK", "SPECIALS", "Pair", "MAX_SENTENCES", "Vocab", "TranslationData", "toy_translation",
     "translation_lexicon", "detokenize", "encode_batch", "char_corpus", "MarkovSource", "markov_source",
-    "TOKENIZER_FILES", "VAL_FRACTION", "TokenData", "Tokenizer", "load_tokenizer", "read_text_file", "save_tokenizer",
-    "text_sha256", "token_dtype", "train_tokenizer", "write_token_file",
+    "TOKENIZER_FILES", "VAL_FRACTION", "HFTokenizer", "TokenData", "Tokenizer", "load_tokenizer", "read_text_file",
+    "save_tokenizer", "text_sha256", "token_dtype", "tokenizer_kind", "train_tokenizer", "write_token_file",
+    "GLOSSARY_FAMILIES", "GlossaryTerm", "Instruction", "SelfCheckQuestion", "first_sentence",
+    "glossary_instructions", "glossary_terms", "self_check_instructions", "self_check_questions", "split_by_key",
+    "swap_adjacent_words", "translation_instructions",
 ]

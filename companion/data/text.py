@@ -6,7 +6,8 @@ The data pipeline of ``companion-train`` (chapter 11), one small step per functi
    with a ``ValueError``/``FileNotFoundError`` that names the file and what is wrong.
 2. ``train_tokenizer(text, kind, vocab_size)``: a ``companion.tokens`` ``CharTokenizer`` or a byte-level
    ``BPETokenizer`` (GPT-4 pre-split pattern) trained on that text; ``save_tokenizer`` / ``load_tokenizer``
-   write and read it in a run folder (``tokenizer.char.json`` or ``tokenizer.bpe``).
+   write and read it in a run folder (``tokenizer.char.json`` or ``tokenizer.bpe``). A run fine-tuned from a
+   Hugging Face folder keeps that folder's ``tokenizer.json`` (``HFTokenizer``, chapter 13).
 3. ``write_token_file(ids, path)`` / ``TokenData.open(path)``: the whole text as ONE flat array of ids on
    disk (``uint16`` when the vocabulary fits, else ``uint32``), read back as a ``numpy.memmap``: pages are
    loaded when a window touches them, so a corpus larger than memory trains the same way as a small one
@@ -30,6 +31,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -40,14 +42,51 @@ from companion._files import atomic_write, atomic_write_text
 from companion.tokens import BPETokenizer, CharTokenizer
 
 __all__ = [
-    "TOKENIZER_FILES", "Tokenizer", "TokenData", "read_text_file", "text_sha256", "train_tokenizer",
-    "save_tokenizer", "load_tokenizer", "write_token_file", "token_dtype", "VAL_FRACTION",
+    "TOKENIZER_FILES", "Tokenizer", "HFTokenizer", "TokenData", "read_text_file", "text_sha256", "train_tokenizer",
+    "save_tokenizer", "load_tokenizer", "tokenizer_kind", "write_token_file", "token_dtype", "VAL_FRACTION",
 ]  # fmt: skip
 
-Tokenizer = CharTokenizer | BPETokenizer
-TOKENIZER_FILES = {"char": "tokenizer.char.json", "bpe": "tokenizer.bpe"}  # kind -> file name in a run folder
+TOKENIZER_FILES = {"char": "tokenizer.char.json", "bpe": "tokenizer.bpe", "hf": "tokenizer.json"}  # kind -> file
 VAL_FRACTION = 0.1  # the last 10 % of the token ids is the validation split
 _CHAR_FORMAT = "companion-char-tokenizer-v1"
+
+
+class HFTokenizer:
+    """A Hugging Face ``tokenizers.Tokenizer`` (a model folder's ``tokenizer.json``) with the course's interface:
+    ``encode(text) -> list[int]`` (no special tokens added), ``decode(ids) -> str``, ``vocab_size``.
+
+    Needs the ``tokenizers`` package, imported only when such a tokenizer is read.
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        if not all(hasattr(tokenizer, name) for name in ("encode", "decode", "to_str", "get_vocab_size")):
+            raise TypeError(f"tokenizer must be a tokenizers.Tokenizer, got {type(tokenizer).__name__}")
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> HFTokenizer:
+        from tokenizers import Tokenizer as _Tokenizer  # an optional dependency, needed for this format only
+
+        try:
+            return cls(_Tokenizer.from_file(str(path)))
+        except Exception as err:  # tokenizers raises its own Exception subclass for a malformed file
+            raise ValueError(f"{str(path)!r} is not a readable tokenizer.json ({err})") from None
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    def to_str(self) -> str:
+        return self.tokenizer.to_str()
+
+
+Tokenizer = CharTokenizer | BPETokenizer | HFTokenizer
 
 
 def read_text_file(path: str | Path) -> str:
@@ -95,21 +134,28 @@ def train_tokenizer(text: str, kind: str = "bpe", vocab_size: int = 512) -> Toke
     return tok
 
 
+def tokenizer_kind(tok: Tokenizer) -> str:
+    """The kind of ``tok`` as run folders name it: "char", "bpe" or "hf" (``TypeError`` for anything else)."""
+    for kind, cls in (("char", CharTokenizer), ("bpe", BPETokenizer), ("hf", HFTokenizer)):
+        if isinstance(tok, cls):
+            return kind
+    raise TypeError(f"tok must be a CharTokenizer, a BPETokenizer or an HFTokenizer, got {type(tok).__name__}")
+
+
 def save_tokenizer(tok: Tokenizer, folder: str | Path) -> dict[str, str]:
     """Write ``tok`` into ``folder`` (atomically); return its reference ``{"kind", "file", "sha256"}``.
 
     The reference goes into checkpoints: ``load_tokenizer`` refuses a file whose content has changed since.
     """
     folder = Path(folder)
-    if isinstance(tok, CharTokenizer):
-        kind = "char"
+    kind = tokenizer_kind(tok)
+    if kind == "char":
         atomic_write_text(folder / TOKENIZER_FILES[kind], json.dumps({"format": _CHAR_FORMAT, "tokens": tok.itos}))
-    elif isinstance(tok, BPETokenizer):
-        kind = "bpe"
+    elif kind == "bpe":
         with atomic_write(folder / TOKENIZER_FILES[kind]) as tmp:
             tok.save(tmp)
     else:
-        raise TypeError(f"tok must be a CharTokenizer or a BPETokenizer, got {type(tok).__name__}")
+        atomic_write_text(folder / TOKENIZER_FILES[kind], tok.to_str())
     digest = hashlib.sha256((folder / TOKENIZER_FILES[kind]).read_bytes()).hexdigest()
     return {"kind": kind, "file": TOKENIZER_FILES[kind], "sha256": digest}
 
@@ -126,6 +172,8 @@ def load_tokenizer(folder: str | Path, reference: dict[str, str]) -> Tokenizer:
         raise ValueError(f"tokenizer file {str(path)!r} has changed since the checkpoint was written")
     if reference["kind"] == "bpe":
         return BPETokenizer.load(path)
+    if reference["kind"] == "hf":
+        return HFTokenizer.from_file(path)
     state = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(state, dict) or state.get("format") != _CHAR_FORMAT:
         raise ValueError(f"{str(path)!r} is not a companion char tokenizer (expected format={_CHAR_FORMAT!r})")

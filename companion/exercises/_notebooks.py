@@ -16,6 +16,11 @@ not run     an exercise cell has no output (never run, or run and saved before i
 Statuses come from the outputs stored in the file, so save the notebook after running it; with
 ``run=True`` the notebook is executed first (top to bottom, in a fresh kernel, through nbclient) and the
 fresh outputs are used, leaving the file unchanged.
+
+An exercise's form (write / fix / predict / choose) is read from its first cell's metadata,
+``{"exercise": {"form": "write"}}``, which ``scripts/nbtools.py apply`` sets from the chapter (where the
+code is still the stub or the buggy attempt): the learner's edits cannot change it. Without that metadata
+the form is guessed from the code, as ``apply`` does.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import warnings
 from dataclasses import dataclass, field
 
 _EXERCISE = re.compile(r"^\s*(:{3,}|`{3,})\{exercise\}[ \t]*(?P<title>.*)$", re.M)
@@ -57,7 +63,13 @@ def _tags(cell: dict) -> list[str]:
     return cell.get("metadata", {}).get("tags", [])
 
 
-def _form(code: str, targets: list[str]) -> str:
+FORMS = ("write", "fix", "predict", "choose")
+
+
+def guess_form(code: str, targets: list[str]) -> str:
+    """The form of an exercise from its starting code (the chapter's, not a learner's): value checks are
+    predict (choose, when the check has choices), a stub that raises NotImplementedError is write, any
+    other function is fix."""
     from companion.exercises import CHECKS
 
     kinds = [CHECKS[t] for t in targets if t in CHECKS]
@@ -66,6 +78,13 @@ def _form(code: str, targets: list[str]) -> str:
     if "NotImplementedError" in code:
         return "write"
     return "fix"
+
+
+def stored_form(cell: dict) -> str | None:
+    """The form kept in an exercise cell's metadata (``{"exercise": {"form": ...}}``), or None."""
+    meta = cell.get("metadata", {}).get("exercise")
+    form = meta.get("form") if isinstance(meta, dict) else None
+    return form if form in FORMS else None
 
 
 def output_text(cell: dict) -> str:
@@ -116,7 +135,8 @@ def exercises_in(nb: dict) -> list[Exercise]:
             current.targets += [t for t in _CHECK_CALL.findall(text) if t not in current.targets]
     for ex in found:
         cells = [nb["cells"][i] for i in ex.cells]
-        ex.form = _form("".join(source(c) for c in cells), ex.targets)
+        stored = [stored_form(c) for c in cells if stored_form(c)]
+        ex.form = stored[0] if stored else guess_form("".join(source(c) for c in cells), ex.targets)
         statuses = [cell_status(c) for c in cells] or ["not run"]
         ex.status = max(statuses, key=lambda s: {"solved": 0, "not run": 1, "to do": 2, "not yet": 3}[s])
     return found
@@ -131,15 +151,33 @@ def load(path: str | os.PathLike) -> dict:
 
 
 def execute(nb: dict, cwd: pathlib.Path, timeout: int = 600) -> dict:
-    """Run a copy of the notebook top to bottom in a fresh kernel (errors allowed); return the run copy."""
+    """Run a copy of the notebook top to bottom in a fresh kernel (errors allowed); return the run copy.
+
+    What the kernel process itself writes to its stdout and stderr (its start-up log, such as ipykernel's
+    warning about unencrypted TCP) is kept out of the terminal; it is shown only if the run fails.
+    """
+    import tempfile
+
     try:
         import nbclient
         import nbformat
+        from nbformat.warnings import MissingIDFieldWarning
     except ImportError as err:  # the book extra, not a dependency of the package itself
         raise RuntimeError("running notebooks needs nbclient: pip install 'nbclient>=0.10' nbformat") from err
-    node = nbformat.from_dict(json.loads(json.dumps(nb)))
+    # nbformat.reads joins list-valued sources and outputs into strings, as nbclient expects; a notebook
+    # saved by an older Jupyter (cells without ids) is read without a warning, as Jupyter reads it
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=MissingIDFieldWarning)
+        node = nbformat.reads(json.dumps(nb), as_version=4)
     client = nbclient.NotebookClient(node, timeout=timeout, allow_errors=True, resources={"metadata": {"path": cwd}})
-    client.execute()
+    with tempfile.TemporaryFile(mode="w+b") as kernel_log:
+        try:
+            client.execute(stdout=kernel_log, stderr=kernel_log)
+        except Exception as err:  # a dead kernel, a cell past the time limit ...
+            kernel_log.seek(0)
+            log = kernel_log.read().decode("utf-8", "replace")[-3000:]
+            where = f"\nthe kernel's log:\n{log}" if log else ""
+            raise RuntimeError(f"running the notebook failed: {err}{where}") from err
     return json.loads(json.dumps(node))
 
 

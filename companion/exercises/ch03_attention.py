@@ -17,6 +17,11 @@ from companion.exercises._runner import Case, Check, choice_check, seeded, value
 CHAPTER = "03_attention"
 
 _STABLE = "subtract the row max before exp — exp(1000) overflows to inf, and inf / inf is NaN."
+# Every attention-shaped check (chapters 3, 8, 9) names this mistake in these words.
+QUERY_AXIS = (
+    "normalise over the keys, the last axis of the (..., T, S) scores (softmax(dim=-1)), not over the "
+    "queries (dim=-2): each query's weights must sum to 1."
+)
 
 
 def _softmax_cases() -> list[Case]:
@@ -91,6 +96,12 @@ def _attention_cases() -> list[Case]:
             "zeroing weights after the softmax leaves rows that no longer sum to 1."
         )
 
+    def query_axis(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> tuple[Tensor, str]:
+        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5  # (..., T, S)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return torch.softmax(scores, dim=-2) @ v, QUERY_AXIS  # each key's column sums to 1: the wrong axis
+
     def inverted(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> tuple[Any, str]:
         flipped = sdpa(q, k, v, ~mask)  # a fully masked row gives 0 here, NaN in most hand-written versions
 
@@ -102,7 +113,7 @@ def _attention_cases() -> list[Case]:
         return looks_inverted, "True = may attend: block where mask is False: scores.masked_fill(~mask, -inf)"
 
     def case(label: str, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, **kw: str) -> Case:
-        known = [no_scale(q, k, v, mask), d_k_scale(q, k, v, mask)]
+        known = [no_scale(q, k, v, mask), d_k_scale(q, k, v, mask), query_axis(q, k, v, mask)]
         if mask is not None:
             known += [mask_after(q, k, v, mask), inverted(q, k, v, mask)]
         kwargs = {} if mask is None else {"mask": mask}  # so that fn(q, k, v) without a mask also runs

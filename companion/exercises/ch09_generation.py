@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from companion.exercises._runner import Case, Check, compare, seeded, value_check
+from companion.exercises.ch03_attention import QUERY_AXIS
 
 CHAPTER = "09_generation"
 
@@ -215,6 +216,8 @@ def _kv_step_cases() -> list[Case]:
         out = scaled_dot_product_attention(q, k_all, v_all)  # one query may see every key: no mask
         k_pre = torch.cat([k_new, k_cache], -2)  # the new key in front: a classic mistake
         unscaled = torch.softmax(q @ k_all.transpose(-2, -1), -1) @ v_all
+        # softmax over the query axis: with one query every weight is 1, so out is the sum of all values
+        query_axis = torch.softmax(q @ k_all.transpose(-2, -1) / d**0.5, -2) @ v_all  # (B, H, 1, D_h)
 
         def close(a: Any, t: Tensor) -> bool:
             return isinstance(a, Tensor) and a.shape == t.shape and bool(torch.allclose(a, t, atol=1e-5))
@@ -234,6 +237,7 @@ def _kv_step_cases() -> list[Case]:
                 lambda o, u=unscaled: _is_triple(o) is None and close(o[0], u),
                 "divide the scores q·k by sqrt(D_h) before the softmax.",
             ),
+            (lambda o, w=query_axis: _is_triple(o) is None and close(o[0], w), QUERY_AXIS),
             (
                 lambda o, k_cache=k_cache: _is_triple(o) is None and close(o[1], k_cache),
                 "return the *updated* caches (with the new key and value appended), or the next step loses this token.",

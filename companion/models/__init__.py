@@ -4,9 +4,10 @@ One module per concept, each importing only the ones above it in this list:
 
 - :mod:`~companion.models.config` -- ``ModelConfig``: every architectural choice, one field each, with presets.
 - :mod:`~companion.models.blocks` -- the pieces: ``Embeddings``, ``EncoderLayer``, ``DecoderLayer``, the
-  attention mask one call needs, GPT-2's initialisation.
+  attention mask one call needs, GPT-2's initialisation; the choice of multi-head or latent attention (MLA) and of
+  a dense FFN or a mixture of experts (chapter 14).
 - :mod:`~companion.models.hf` -- Hugging Face formats (checkpoint names and ``config.json`` keys, both
-  directions; model folders on disk). It builds no model.
+  directions; model folders on disk): GPT-2, Llama, Mixtral, Qwen3, DeepSeek-V3. It builds no model.
 - :mod:`~companion.models.base` -- what the models share: ``num_parameters``, input checks, the output head.
 - :mod:`~companion.models.gpt` -- ``GPT`` (decoder-only; ``from_pretrained`` / ``save_pretrained``).
 - :mod:`~companion.models.encoder_decoder` -- ``Transformer`` (encoder–decoder).

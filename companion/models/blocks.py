@@ -8,6 +8,9 @@
   window in the way): the decoders then build no (T, S) causal mask at all.
 - ``EncoderLayer``: self-attention (no mask) + FFN, each wrapped in a ``ResidualBlock``.
 - ``DecoderLayer``: masked self-attention + (optional) cross-attention to the encoder output H + FFN.
+  Chapter 14's choices are made here too: multi-head latent attention instead of multi-head attention when
+  ``config.kv_rank`` is set, a mixture of experts instead of the dense FFN when ``config.n_experts`` is (after
+  the first ``n_dense_layers`` layers).
 
 Vaswani et al. 2017, §3.1 and Figure 1; pre-/post-norm per ``ModelConfig.norm_placement``.
 """
@@ -19,11 +22,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from companion.attention import KVCache, MultiHeadAttention
+from companion.attention import KVCache, MultiHeadAttention, MultiHeadLatentAttention
 from companion.embeddings import TokenEmbedding
 from companion.layers import ResidualBlock, make_ffn, make_norm
 from companion.masks import causal_mask, combine_masks, sliding_window_mask
 from companion.models.config import ModelConfig
+from companion.moe import MoE
 from companion.positions import LearnedPositionalEmbedding, RotaryEmbedding, alibi_bias, sinusoidal_encoding
 
 __all__ = [
@@ -71,7 +75,8 @@ def make_rope(config: ModelConfig) -> RotaryEmbedding | None:
     if config.positions != "rope":
         return None
     return RotaryEmbedding(
-        config.head_dim, config.max_seq_len, config.rope_base, pairing=config.rope_pairing,
+        config.head_dim if config.kv_rank is None else config.rope_head_dim, config.max_seq_len, config.rope_base,
+        pairing=config.rope_pairing,
         scaling=config.rope_scaling, factor=config.rope_factor,
         original_max_seq_len=config.rope_original_max_seq_len,
     )  # fmt: skip
@@ -96,7 +101,8 @@ def attention_mask(
     """
     structure = None
     if causal and config.sliding_window is not None and config.sliding_window < s:
-        structure = sliding_window_mask(t, config.sliding_window, s, device=device)  # (T, S)
+        structure = sliding_window_mask(t, config.sliding_window, s, n_sinks=config.attention_sinks,
+                                        device=device)  # (T, S)
     elif causal and t > 1:
         structure = causal_mask(t, s, device=device)  # (T, S): one new query may see every cached key
     bias = None
@@ -154,13 +160,15 @@ class DecoderLayer(nn.Module):
     builds the layer with ``cross_attention=False``: two sublayers, like an encoder layer with a mask.
     """
 
-    def __init__(self, config: ModelConfig, rope: RotaryEmbedding | None = None, *, cross_attention: bool) -> None:
+    def __init__(
+        self, config: ModelConfig, rope: RotaryEmbedding | None = None, *, cross_attention: bool, index: int = 0
+    ) -> None:
         super().__init__()
-        self.self_attn = _attention(config, rope)
+        self.self_attn = _attention(config, rope, latent=config.kv_rank is not None)
         self.self_attn_block = _residual(config)
         self.cross_attn = _attention(config, None, cross=True) if cross_attention else None  # no RoPE across sequences
         self.cross_attn_block = _residual(config) if cross_attention else None
-        self.ffn = make_ffn(config.activation, config.d_model, config.d_ff, bias=config.bias, dropout=config.dropout)
+        self.ffn = _ffn(config, experts=config.n_experts > 0 and index >= config.n_dense_layers)
         self.ffn_block = _residual(config)
 
     def forward(
@@ -194,10 +202,31 @@ class DecoderLayer(nn.Module):
         return self.ffn_block(x, self.ffn)
 
 
-def _attention(config: ModelConfig, rope: RotaryEmbedding | None, *, cross: bool = False) -> MultiHeadAttention:
+def _attention(
+    config: ModelConfig, rope: RotaryEmbedding | None, *, latent: bool = False, cross: bool = False
+) -> MultiHeadAttention | MultiHeadLatentAttention:
+    if latent:  # DeepSeek's multi-head latent attention (chapter 14)
+        return MultiHeadLatentAttention(
+            config.d_model, config.n_heads, config.kv_rank, q_rank=config.q_rank, rope_head_dim=config.rope_head_dim,
+            nope_head_dim=config.nope_head_dim, v_head_dim=config.v_head_dim, rope=rope, bias=config.bias,
+            dropout=config.dropout,
+        )  # fmt: skip
     return MultiHeadAttention(
         config.d_model, config.n_heads, config.n_kv_heads, bias=config.bias, dropout=config.dropout,
-        rope=rope, use_sdpa=config.use_sdpa, fused_qkv=config.decode_layout and not cross,
+        rope=rope, use_sdpa=config.use_sdpa, fused_qkv=config.decode_layout and not cross, head_dim=config.d_head,
+        qk_norm=config.qk_norm, qk_norm_eps=config.norm_eps,
+    )  # fmt: skip
+
+
+def _ffn(config: ModelConfig, *, experts: bool) -> nn.Module:
+    """The dense FFN of width d_ff, or a mixture of experts (chapter 14)."""
+    if not experts:
+        return make_ffn(config.activation, config.d_model, config.d_ff, bias=config.bias, dropout=config.dropout)
+    return MoE(
+        config.d_model, config.d_expert, config.n_experts, config.n_experts_per_token,
+        n_shared=config.n_shared_experts, activation=config.activation, bias=config.bias, scoring=config.router,
+        normalize=config.router_normalize, scale=config.router_scale, n_groups=config.router_groups,
+        group_limit=config.router_group_limit, dropout=config.dropout,
     )  # fmt: skip
 
 

@@ -13,8 +13,13 @@ Presets (classmethods) reproduce published shapes:
 - ``llama(...)`` / ``llama_tiny()``: Touvron et al. 2023 (Llama 2 7B defaults), checked against
   ``LlamaForCausalLM``.
 - ``bert_base()`` (Devlin et al. 2019) and ``mistral_7b()`` (Jiang et al. 2023, sliding window + GQA).
+- Today's models (chapter 14): ``mixtral_8x7b()`` (Jiang et al. 2024; 46.7B parameters, 12.9B active),
+  ``qwen3(...)`` (Qwen3 dense, QK-norm, an explicit head width) and ``deepseek_v3()`` (DeepSeek-AI 2024; MLA,
+  256 routed + 1 shared expert, 671B parameters, 37B active), checked against ``transformers``' Mixtral,
+  Qwen3 and DeepseekV3 models (tests/test_hf_families.py, tests/test_scaling.py).
 
-Left out on purpose: T5's bucketed relative-position bias, BERT's token-type embeddings, MoE layers.
+Left out on purpose: T5's bucketed relative-position bias, BERT's token-type embeddings, DeepSeek-V3's
+multi-token-prediction module (it serves training and speculative decoding, not the next-token logits).
 """
 
 from __future__ import annotations
@@ -33,7 +38,9 @@ from companion._checks import (
     check_positive_float,
     check_positive_int,
 )
+from companion.attention.mla import check_rank
 from companion.layers import ACTIVATIONS, NORMS, PLACEMENTS
+from companion.moe import SCORINGS, check_routing
 from companion.positions import PAIRINGS as ROPE_PAIRINGS
 from companion.positions import TABLE_SCALINGS as ROPE_SCALINGS
 from companion.positions._frequencies import check_base
@@ -78,6 +85,25 @@ class ModelConfig:
     use_sdpa: bool = False  # attention through torch's fused scaled_dot_product_attention (same numbers, faster)
     fused_norm: bool = False  # norms through torch's one-kernel F.layer_norm / F.rms_norm (same numbers, faster)
     decode_layout: bool = False  # weights stored (in, out), q/k/v in one matrix: faster decoding (same state_dict)
+    # --- today's models (chapter 14) -------------------------------------------------------------
+    d_head: int | None = None  # D_h when it is not d_model // n_heads (Qwen3: 128 with D=1024, H=16); None: D // H
+    qk_norm: bool = False  # RMSNorm on each head's queries and keys before RoPE (Qwen3, OLMo 2, Gemma 3)
+    attention_sinks: int = 0  # StreamingLLM: the first n positions stay visible to a sliding window's queries
+    n_experts: int = 0  # routed experts of a mixture-of-experts FFN (Mixtral 8, DeepSeek-V3 256); 0: dense FFN
+    n_experts_per_token: int = 2  # k: experts each token is routed to (used when n_experts > 0)
+    n_shared_experts: int = 0  # experts every token also passes through (DeepSeek: 1)
+    d_expert: int | None = None  # hidden width of each expert FFN; None -> d_ff (resolved)
+    n_dense_layers: int = 0  # the first layers keep a dense FFN of width d_ff (DeepSeek-V3: first_k_dense_replace 3)
+    router: str = "softmax"  # expert scores: "softmax" (Switch, Mixtral) or "sigmoid" (DeepSeek-V3)
+    router_normalize: bool = True  # rescale the k chosen scores to sum to 1 (Mixtral; DeepSeek's norm_topk_prob)
+    router_scale: float = 1.0  # multiply the k weights by this (DeepSeek-V3's routed_scaling_factor: 2.5)
+    router_groups: int = 1  # group-limited routing: experts split into this many groups (DeepSeek-V3: 8)
+    router_group_limit: int = 1  # a token picks its experts from its best this-many groups (DeepSeek-V3: 4)
+    kv_rank: int | None = None  # MLA: width of the cached key/value latent (DeepSeek-V3: 512); None: no MLA
+    q_rank: int | None = None  # MLA: width of the query latent (DeepSeek-V3: 1536); None: full-rank queries
+    rope_head_dim: int | None = None  # MLA: RoPE part of each query and of the shared key (64); None -> D_h / 2
+    nope_head_dim: int | None = None  # MLA: position-free part of each query and key (128); None -> D_h
+    v_head_dim: int | None = None  # MLA: width of each head's value (128); None -> D_h
 
     def __post_init__(self) -> None:
         for name, kind in _FIELD_KINDS.items():  # types first: numpy scalars become Python numbers
@@ -91,7 +117,8 @@ class ModelConfig:
         for name, source in _FOLLOWERS:
             if getattr(self, name) is None:
                 object.__setattr__(self, name, getattr(self, source))
-        check_divisible("d_model", self.d_model, "n_heads", self.n_heads)
+        if self.d_head is None and self.kv_rank is None:  # the heads cut the model width
+            check_divisible("d_model", self.d_model, "n_heads", self.n_heads)
         check_divisible("n_heads", self.n_heads, "n_kv_heads", self.n_kv_heads)
         check_choice("norm", self.norm, NORMS)
         check_choice("norm_placement", self.norm_placement, PLACEMENTS)
@@ -112,19 +139,62 @@ class ModelConfig:
                         f"{name}={getattr(self, name)!r} is set but positions={self.positions!r}; the rope_* "
                         f"settings apply only with positions='rope' (leave {name} at {default!r})"
                     )
-        elif self.head_dim % 2 != 0:
+        elif self.head_dim % 2 != 0 and self.kv_rank is None:  # MLA rotates only its rope_head_dim part
             raise ValueError(
                 f"positions='rope' needs an even head width, got d_model={self.d_model} / "
                 f"n_heads={self.n_heads} = {self.head_dim}"
             )
         if self.rope_scaling == "yarn" and self.rope_original_max_seq_len is None:
             raise ValueError("rope_scaling='yarn' needs rope_original_max_seq_len (the pre-training context length)")
+        self._check_chapter_14()
+
+    def _check_chapter_14(self) -> None:
+        """Validate (and resolve) the fields of today's models: sinks, experts, MLA."""
+        if self.attention_sinks:
+            check_positive_int("attention_sinks", self.attention_sinks)
+            if self.sliding_window is None:
+                raise ValueError(f"attention_sinks={self.attention_sinks} needs a sliding_window: sinks are the "
+                                 "first positions kept visible when the window has moved past them")
+            if self.attention_sinks >= self.sliding_window:
+                raise ValueError(f"attention_sinks={self.attention_sinks} is not smaller than sliding_window="
+                                 f"{self.sliding_window}; expected the sinks to leave room for recent keys")
+        check_positive_int("n_experts", self.n_experts, allow_zero=True)
+        for name in ("n_experts_per_token", "router_groups", "router_group_limit"):
+            check_positive_int(name, getattr(self, name))
+        check_positive_int("n_shared_experts", self.n_shared_experts, allow_zero=True)
+        check_positive_int("n_dense_layers", self.n_dense_layers, allow_zero=True)
+        check_choice("router", self.router, SCORINGS)
+        check_positive_float("router_scale", self.router_scale)
+        if self.n_experts:
+            check_routing(self.n_experts, self.n_experts_per_token, self.router_groups, self.router_group_limit)
+            if self.n_dense_layers > self.n_layers:
+                raise ValueError(f"n_dense_layers={self.n_dense_layers} is more than n_layers={self.n_layers}")
+        check_rank("kv_rank", self.kv_rank, self.d_model)
+        check_rank("q_rank", self.q_rank, self.d_model)
+        mla = ("q_rank", "rope_head_dim", "nope_head_dim", "v_head_dim")
+        if self.kv_rank is None:
+            for name in mla:
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name}={getattr(self, name)} is set but kv_rank=None; the MLA fields apply "
+                                     "only with multi-head latent attention (set kv_rank)")
+            return
+        if self.positions != "rope":
+            raise ValueError(f"kv_rank={self.kv_rank} (MLA) needs positions='rope' (its decoupled RoPE key), got "
+                             f"positions={self.positions!r}")
+        if self.qk_norm:
+            raise ValueError("qk_norm=True applies to multi-head attention, not to MLA (kv_rank is set)")
+        defaults = {"rope_head_dim": self.head_dim // 2, "nope_head_dim": self.head_dim, "v_head_dim": self.head_dim}
+        for name, default in defaults.items():  # resolve, once: every reader sees plain ints
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, default)
+        if self.rope_head_dim % 2:
+            raise ValueError(f"rope_head_dim={self.rope_head_dim} must be even (RoPE rotates pairs)")
 
     # --- derived sizes ----------------------------------------------------------------------------
     @property
     def head_dim(self) -> int:
-        """D_h = d_model // n_heads."""
-        return self.d_model // self.n_heads
+        """D_h = d_model // n_heads, or ``d_head`` when given."""
+        return self.d_model // self.n_heads if self.d_head is None else self.d_head
 
     def replace(self, **changes: Any) -> ModelConfig:
         """A copy with ``changes`` applied and validated again, e.g. ``cfg.replace(norm="rmsnorm")``.
@@ -203,17 +273,56 @@ class ModelConfig:
                     sliding_window=4096)  # fmt: skip
         return cls.llama(**{**base, **changes})
 
+    @classmethod
+    def mixtral_8x7b(cls, **changes: Any) -> ModelConfig:
+        """Mixtral 8x7B v0.1 (Jiang et al. 2024): Mistral 7B's shape with each FFN replaced by 8 SwiGLU experts,
+        2 per token (softmax router, the two weights renormalised); RoPE θ = 10⁶, a 32k context, no sliding
+        window. 46.7B parameters, 12.9B active per token (``companion.scaling.count_parameters``)."""
+        base = dict(d_model=4096, n_heads=32, n_kv_heads=8, n_layers=32, d_ff=14336, max_seq_len=32768,
+                    rope_base=1e6, n_experts=8, n_experts_per_token=2)  # fmt: skip
+        return cls.llama(**{**base, **changes})
+
+    @classmethod
+    def qwen3(cls, **changes: Any) -> ModelConfig:
+        """Qwen3 dense (Qwen Team 2025), by default Qwen3-0.6B: Llama-style with GQA, QK-norm and a head width
+        of 128 that is not D / H = 64; tied embeddings, RoPE θ = 10⁶, vocabulary 151,936, 40,960 positions.
+        Qwen3-8B: ``qwen3(d_model=4096, n_heads=32, n_layers=36, d_ff=12288, tie_embeddings=False)``."""
+        base = dict(vocab_size=151936, d_model=1024, n_heads=16, n_kv_heads=8, d_head=128, n_layers=28, d_ff=3072,
+                    max_seq_len=40960, rope_base=1e6, norm_eps=1e-6, tie_embeddings=True, qk_norm=True)  # fmt: skip
+        return cls.llama(**{**base, **changes})
+
+    @classmethod
+    def deepseek_v3(cls, **changes: Any) -> ModelConfig:
+        """DeepSeek-V3 (DeepSeek-AI 2024): 61 layers of MLA (kv_rank 512, q_rank 1536, 128 heads of 128 + 64
+        RoPE dims) and, after 3 dense layers, MoE FFNs of 256 routed experts (8 per token, sigmoid scores,
+        8 groups of which 4 may be used, weights renormalised then × 2.5) plus 1 shared expert of width 2048.
+        671B parameters, 37B active per token. The released model extends its 4,096-token context to 128K
+        with YaRN (and adds a multi-token-prediction module); neither is modelled here."""
+        base = dict(vocab_size=129280, d_model=7168, n_heads=128, n_layers=61, d_ff=18432, max_seq_len=4096,
+                    norm_eps=1e-6, rope_pairing="adjacent", kv_rank=512, q_rank=1536, rope_head_dim=64,
+                    nope_head_dim=128, v_head_dim=128, n_experts=256, n_experts_per_token=8, n_shared_experts=1,
+                    d_expert=2048, n_dense_layers=3, router="sigmoid", router_scale=2.5, router_groups=8,
+                    router_group_limit=4)  # fmt: skip
+        return cls.llama(**{**base, **changes})
+
 
 # --- field types ----------------------------------------------------------------------------------------
 
-_OPTIONAL_INTS = ("n_encoder_layers", "n_decoder_layers", "n_kv_heads", "rope_original_max_seq_len", "sliding_window")
-_FOLLOWERS = (("n_kv_heads", "n_heads"), ("n_encoder_layers", "n_layers"), ("n_decoder_layers", "n_layers"))
+_OPTIONAL_INTS = ("n_encoder_layers", "n_decoder_layers", "n_kv_heads", "rope_original_max_seq_len", "sliding_window",
+                  "d_head", "d_expert", "kv_rank", "q_rank", "rope_head_dim", "nope_head_dim", "v_head_dim")
+_FOLLOWERS = (("n_kv_heads", "n_heads"), ("n_encoder_layers", "n_layers"), ("n_decoder_layers", "n_layers"),
+              ("d_expert", "d_ff"))
 _FIELD_KINDS = {
     **dict.fromkeys(("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_seq_len"), int),
     **dict.fromkeys(_OPTIONAL_INTS, "int?"),
     **dict.fromkeys(("norm_eps", "rope_base", "rope_factor", "dropout"), float),
     **dict.fromkeys(("final_norm", "embed_norm", "tie_embeddings", "bias", "embed_scale", "use_sdpa"), bool),
     **dict.fromkeys(("fused_norm", "decode_layout"), bool),
+    **dict.fromkeys(("attention_sinks", "n_experts", "n_experts_per_token", "n_shared_experts", "n_dense_layers",
+                     "router_groups", "router_group_limit"), int),
+    **dict.fromkeys(("qk_norm", "router_normalize"), bool),
+    "router": str,
+    "router_scale": float,
     **dict.fromkeys(("norm", "norm_placement", "activation", "positions", "rope_pairing"), str),
     "rope_scaling": "str?",
 }

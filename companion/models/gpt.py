@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from companion._checks import check_tensor
-from companion.attention import KVCache
+from companion.attention import KVCache, RollingKVCache
 from companion.models.base import check_caches, check_ids, final_norm, lm_head
 from companion.models.blocks import DecoderLayer, Embeddings, attention_mask, causal_by_flag, init_weights, make_rope
 from companion.models.config import ModelConfig
@@ -36,7 +36,9 @@ class GPT(nn.Module):
         self.config = config
         self.embed = Embeddings(config)
         rope = make_rope(config)  # one table, shared by every layer
-        self.layers = nn.ModuleList(DecoderLayer(config, rope, cross_attention=False) for _ in range(config.n_layers))
+        self.layers = nn.ModuleList(
+            DecoderLayer(config, rope, cross_attention=False, index=i) for i in range(config.n_layers)
+        )
         self.norm = final_norm(config)
         self.lm_head = lm_head(config, self.embed)
         init_weights(self, config.n_layers)
@@ -44,14 +46,19 @@ class GPT(nn.Module):
             store_for_decoding(self)
 
     def new_kv_caches(self) -> list[KVCache]:
-        """One empty ``KVCache`` per layer, to pass to ``forward`` step after step."""
-        return [KVCache(self.config.max_seq_len) for _ in self.layers]
+        """One empty cache per layer, to pass to ``forward`` step after step: a ``KVCache``, or for a model with a
+        sliding window shorter than its context a ``RollingKVCache`` of that many slots (and the config's
+        attention sinks), whose memory stays constant (chapter 14)."""
+        c = self.config
+        if c.sliding_window is not None and c.sliding_window < c.max_seq_len:
+            return [RollingKVCache(c.sliding_window, c.attention_sinks) for _ in self.layers]
+        return [KVCache(c.max_seq_len) for _ in self.layers]
 
     @classmethod
     def from_pretrained(cls, folder: str | Path) -> GPT:
         """A GPT (eval mode, float32) from a local Hugging Face folder (``model_type`` in
-        ``companion.models.hf.folder.FAMILIES``: GPT-2, Llama). ``model.tokenizer`` is the folder's
-        ``tokenizer.json`` as a ``tokenizers.Tokenizer`` (``None`` if absent).
+        ``companion.models.hf.folder.FAMILIES``: GPT-2, Llama, Mixtral, Qwen3, DeepSeek-V3). ``model.tokenizer``
+        is the folder's ``tokenizer.json`` as a ``tokenizers.Tokenizer`` (``None`` if absent).
 
         Raises:
             FileNotFoundError: no folder, no ``config.json``, or no weights file.
@@ -94,10 +101,17 @@ class GPT(nn.Module):
         offset = check_caches(kv_caches, len(self.layers), KVCache)
         check_ids("ids", ids, offset, self.config.max_seq_len)
         t = ids.size(1)
-        # Plain causal attention goes by is_causal (no (T, S) mask to build); the mask keeps the rest.
-        is_causal = causal_by_flag(self.config, offset + t)
-        mask = attention_mask(self.config, t, offset + t, causal=not is_causal, padding_mask=padding_mask,
-                              device=ids.device)  # fmt: skip
+        if kv_caches is not None and isinstance(kv_caches[0], RollingKVCache):
+            # a fixed-size cache decides what the new queries see: its window (and sinks) over absolute positions
+            if padding_mask is not None or self.config.positions == "alibi":
+                raise ValueError("a RollingKVCache takes no padding_mask and no positions='alibi' (its keys are not "
+                                 "positions 0 .. S-1)")
+            is_causal, mask = False, kv_caches[0].mask(t, device=ids.device)  # (T, size + T)
+        else:
+            # Plain causal attention goes by is_causal (no (T, S) mask to build); the mask keeps the rest.
+            is_causal = causal_by_flag(self.config, offset + t)
+            mask = attention_mask(self.config, t, offset + t, causal=not is_causal, padding_mask=padding_mask,
+                                  device=ids.device)  # fmt: skip
         x = self.embed(ids, offset) if position_ids is None else self._embed_at(ids, position_ids)  # (B, T, D)
         for i, layer in enumerate(self.layers):
             cache = None if kv_caches is None else kv_caches[i]

@@ -7,17 +7,26 @@ share one small interface, :class:`~companion.tokens.base.Tokenizer` (``encode``
 
 * :mod:`companion.tokens.base` -- the ``Tokenizer`` protocol and the checks the tokenizers share.
 * :mod:`companion.tokens.char` -- ``CharTokenizer``: one id per character seen in a training text.
-* :mod:`companion.tokens.bpe` -- ``BPETokenizer`` (with ``merge_pair`` and the GPT-2/GPT-4 split patterns):
-  byte-level byte-pair encoding (Sennrich et al. 2016, "Neural Machine Translation of Rare Words with
-  Subword Units"; byte-level as in GPT-2, Radford et al. 2019), written in the style of karpathy/minbpe
-  but trained with an incremental algorithm instead of recounting every pair each step. ``train`` pre-splits
-  with GPT-4's pattern unless told otherwise (``pattern="gpt2"``, a regex, or ``None`` for no split).
+* :mod:`companion.tokens.bpe` -- ``BPETokenizer`` (with ``merge_pair``): byte-level byte-pair encoding
+  (Sennrich et al. 2016, "Neural Machine Translation of Rare Words with Subword Units"; byte-level as in
+  GPT-2, Radford et al. 2019), in the style of karpathy/minbpe: ``train`` (with ``special_tokens``),
+  ``from_merges`` / ``from_gpt2_files`` (merges and vocabularies given as bytes, GPT-2's published files),
+  ``encode`` / ``encode_iterable`` (a file, streamed) / ``decode``, ``save`` / ``load``. Its parts, one
+  concept each:
+
+  * :mod:`companion.tokens.pretokenize` -- cutting text before BPE: special tokens (longest wins), the
+    GPT-2/GPT-4 split patterns (``GPT2_SPLIT_PATTERN``, ``GPT4_SPLIT_PATTERN``), streams;
+  * :mod:`companion.tokens.bpe_train` -- the incremental trainer (recounts only around each merge);
+  * :mod:`companion.tokens.bpe_import` -- merges and vocabularies from outside (bytes, GPT-2's files);
+  * :mod:`companion.tokens.bpe_files` -- the companion file that ``save`` writes and ``load`` reads.
 * :mod:`companion.tokens.wordpiece` -- ``WordPieceTokenizer``: greedy longest-match-first with ``##``
   continuation pieces, as in BERT (Devlin et al. 2019); inference only, from a given vocabulary.
 
-Checked against Hugging Face ``tokenizers`` (tests/test_tokens.py): the BPE trainer produces the same
-merges, in the same order, as ``tokenizers.trainers.BpeTrainer`` with a ``ByteLevel`` pre-tokenizer, and
-WordPiece gives the same pieces as ``tokenizers.models.WordPiece`` behind a BERT pre-tokenizer.
+Checked against Hugging Face ``tokenizers`` and tiktoken (tests/test_tokens.py,
+tests/test_tokens_gpt2.py): the BPE trainer produces the same merges, in the same order, as
+``tokenizers.trainers.BpeTrainer`` with a ``ByteLevel`` pre-tokenizer; GPT-2's files give the same ids as
+tiktoken's ``gpt2`` encoding and ``tokenizers``; WordPiece gives the same pieces as
+``tokenizers.models.WordPiece`` behind a BERT pre-tokenizer.
 
 Left out on purpose: normalisation (NFC, lower-casing), dropout, training WordPiece, SentencePiece.
 """

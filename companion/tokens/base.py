@@ -12,18 +12,19 @@ inherits from anything (``isinstance(tok, Tokenizer)`` checks that the members e
     id_to_token(i: int) -> str                  one id's token (ValueError naming it if out of range)
 
 ``CharTokenizer``, ``BPETokenizer`` and ``WordPieceTokenizer`` implement it (tests/test_tokens.py checks
-each). The shared argument checks live here too: ``check_text`` and ``as_id_list``.
+each). The shared argument checks live here too: ``check_text``, ``check_token``, ``check_token_list`` and
+``as_id_list``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
-__all__ = ["Tokenizer", "as_id_list", "check_text", "check_token"]
+__all__ = ["Tokenizer", "as_id_list", "check_text", "check_token", "check_token_list"]
 
 
 @runtime_checkable
@@ -54,6 +55,20 @@ def check_token(name: str, token: Any) -> None:
         raise TypeError(f"{name}={token!r} must be a str, got {type(token).__name__}")
     if not token:
         raise ValueError(f"{name}='' is the empty string; expected a non-empty token")
+
+
+def check_token_list(name: str, tokens: Any) -> list[str]:
+    """``tokens`` (a list, tuple... of distinct non-empty ``str``) as a list; a lone ``str`` is refused."""
+    if isinstance(tokens, (str, bytes)):
+        raise TypeError(f"{name} must be a list of str, got the {type(tokens).__name__} {tokens!r}")
+    if isinstance(tokens, Mapping) or not isinstance(tokens, Iterable):
+        raise TypeError(f"{name} must be a list of str, got {type(tokens).__name__}")
+    out = list(tokens)
+    for k, token in enumerate(out):
+        check_token(f"{name}[{k}]", token)
+        if token in out[:k]:
+            raise ValueError(f"{name}[{k}]={token!r} repeats {name}[{out.index(token)}]; expected distinct tokens")
+    return out
 
 
 def as_id_list(ids: Any, name: str = "ids") -> list[int]:

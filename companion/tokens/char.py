@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from companion.tokens.base import as_id_list, check_text, check_token
+from companion.tokens.base import as_id_list, check_text, check_token, check_token_list
 
 __all__ = ["CharTokenizer"]
 
@@ -51,11 +51,7 @@ class CharTokenizer:
     ) -> CharTokenizer:
         """Build the vocabulary from the characters of ``text`` (``unk_token`` is added to the specials)."""
         check_text("text", text)
-        if isinstance(specials, str):
-            raise TypeError(f"specials must be a list of str, got the str {specials!r}")
-        specials = list(specials)
-        for k, token in enumerate(specials):
-            check_token(f"specials[{k}]", token)
+        specials = check_token_list("specials", specials)
         if unk_token is not None and unk_token not in specials:
             specials.append(unk_token)
         chars = sorted(set(text) - set(specials))

@@ -6,7 +6,8 @@ classes above (``companion.models.GPT``) call down into this package and never t
 - :mod:`~companion.models.hf.common` -- a strict state dict (a missing key names the checkpoint and the key),
   layer counting, and ``load_into(model, state, source)``, which copies a converted state dict into a model
   and refuses missing, unexpected or misshapen weights.
-- :mod:`~companion.models.hf.gpt2`, :mod:`~companion.models.hf.llama` -- one family each:
+- :mod:`~companion.models.hf.gpt2`, :mod:`~companion.models.hf.llama`, :mod:`~companion.models.hf.mixtral`,
+  :mod:`~companion.models.hf.qwen3`, :mod:`~companion.models.hf.deepseek_v3` -- one family each:
   ``config_from_hf`` / ``config_to_hf`` (``config.json`` <-> ``ModelConfig``), ``to_companion`` /
   ``from_companion`` (state dicts, their names <-> ours), and ``shape_differences(config)``, the fields in which
   a ``ModelConfig`` differs from the family (empty: it can be saved as one).

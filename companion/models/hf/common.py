@@ -9,13 +9,102 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from companion.models.config import ModelConfig
 
-__all__ = ["Weights", "check_depth", "count_layers", "load_into", "strip_prefix"]
+__all__ = [
+    "LLAMA_SHAPE", "Weights", "check_depth", "count_layers", "differences", "expert_weights", "load_into",
+    "modern_differences", "need", "outer_from_companion", "outer_to_companion", "plain_rope_theta", "rename_layers",
+    "strip_prefix",
+]  # fmt: skip
+
+# Chapter 14's features at the values that turn them off; a family that lacks one refuses a config using it.
+MODERN_OFF = {"qk_norm": False, "attention_sinks": 0, "n_experts": 0, "kv_rank": None}
+
+
+def need(cfg: Mapping[str, Any], key: str, source: str) -> Any:
+    """``cfg[key]``, or a ``ValueError`` naming the file and the missing key."""
+    if key not in cfg:
+        raise ValueError(f"{source} has no {key!r}; is it a Hugging Face {cfg.get('model_type', '?')} config?")
+    return cfg[key]
+
+
+def plain_rope_theta(cfg: Mapping[str, Any], source: str) -> float:
+    """RoPE's base θ from a ``config.json`` (``rope_theta``, or transformers 5's ``rope_parameters``), refusing
+    any context-extension scaling (these families are loaded with plain RoPE)."""
+    rope = dict(cfg.get("rope_parameters") or {})
+    scaling = cfg.get("rope_scaling") or ({} if rope.get("rope_type", "default") == "default" else rope)
+    if scaling:
+        kind = scaling.get("rope_type", scaling.get("type"))
+        raise ValueError(f"{source}: rope scaling {kind!r} is not supported for this family; expected none")
+    return float(cfg.get("rope_theta", rope.get("rope_theta", 10000.0)))
+
+
+# The fields every Llama-like family (Llama, Mixtral, Qwen3, DeepSeek-V3) has at one value: field -> allowed values.
+LLAMA_SHAPE = {"norm_placement": ("pre",), "final_norm": (True,), "embed_norm": (False,), "embed_scale": (False,),
+               "positions": ("rope",), "norm": ("rmsnorm",), "bias": (False,), "activation": ("swiglu",),
+               "rope_scaling": (None,)}  # fmt: skip
+
+
+def differences(c: ModelConfig, wanted: Mapping[str, tuple[Any, ...]]) -> list[str]:
+    """``field=value`` for each field of ``c`` whose value is not among the ``wanted`` ones."""
+    return [f"{k}={getattr(c, k)!r}" for k, v in wanted.items() if getattr(c, k) not in v]
+
+
+def rename_layers(
+    sd: Mapping[str, Tensor], names: Mapping[str, str], n_layers: int, *, to_ours: bool
+) -> dict[str, Tensor]:
+    """Every layer's ``.weight`` tensors renamed between ours (``layers.{i}.<mine>``) and a Llama-like checkpoint's
+    (``model.layers.{i}.<theirs>``), in the direction ``to_ours`` says; ``names`` maps mine -> theirs."""
+    out = {}
+    for i in range(n_layers):
+        for mine, theirs in names.items():
+            ours_key, their_key = f"layers.{i}.{mine}.weight", f"model.layers.{i}.{theirs}.weight"
+            if to_ours:
+                out[ours_key] = sd[their_key]
+            else:
+                out[their_key] = sd[ours_key]
+    return out
+
+
+def modern_differences(c: ModelConfig, allowed: tuple[str, ...] = ()) -> list[str]:
+    """The chapter-14 features ``c`` uses (QK-norm, sinks, experts, MLA, an explicit head width) other than
+    ``allowed``: what a family without them cannot save."""
+    off = [f"{k}={getattr(c, k)!r}" for k, v in MODERN_OFF.items() if k not in allowed and getattr(c, k) != v]
+    if "d_head" not in allowed and c.d_head not in (None, c.d_model // c.n_heads):
+        off.append(f"d_head={c.d_head!r}")
+    return off
+
+
+def outer_to_companion(sd: Mapping[str, Tensor], config: ModelConfig) -> dict[str, Tensor]:
+    """The weights outside the layers of a Llama-like checkpoint (token table, final norm, untied head), our names."""
+    ours = {"embed.token.weight": sd["model.embed_tokens.weight"], "norm.weight": sd["model.norm.weight"]}
+    if not config.tie_embeddings:
+        ours["lm_head.weight"] = sd["lm_head.weight"]
+    return ours
+
+
+def outer_from_companion(sd: Mapping[str, Tensor], config: ModelConfig) -> dict[str, Tensor]:
+    """The inverse of :func:`outer_to_companion`: our outer weights under a Llama-like checkpoint's names."""
+    out = {"model.embed_tokens.weight": sd["embed.token.weight"], "model.norm.weight": sd["norm.weight"]}
+    if not config.tie_embeddings:
+        out["lm_head.weight"] = sd["lm_head.weight"]
+    return out
+
+
+def expert_weights(sd: Mapping[str, Tensor], prefix: str, j: int, names: tuple[str, str, str]) -> list[Tensor]:
+    """Expert ``j``'s (gate, up, down) matrices under ``prefix`` (e.g. ``model.layers.3.mlp.experts.``), as
+    stored on disk (``{j}.<name>.weight``, one triple per expert) or as transformers 5 holds them in memory
+    (``gate_up_proj`` (E, 2·I, D), gate rows first, and ``down_proj`` (E, D, I))."""
+    if prefix + "gate_up_proj" in sd:
+        gate, up = sd[prefix + "gate_up_proj"][j].chunk(2, dim=0)  # (I, D) each
+        return [gate, up, sd[prefix + "down_proj"][j]]
+    return [sd[f"{prefix}{j}.{name}.weight"] for name in names]
+
 
 
 def strip_prefix(sd: Mapping[str, Tensor], prefix: str) -> dict[str, Tensor]:
@@ -55,7 +144,7 @@ def load_into(model: nn.Module, ours: Mapping[str, Tensor], source: str) -> nn.M
     A tied output head (``config.tie_embeddings``) is the token table itself, so ``lm_head.weight`` may be
     left out. Returns ``model``.
     """
-    params = dict(model.named_parameters(remove_duplicate=False))
+    params = dict(model.state_dict(keep_vars=True))  # parameters (tied ones under both names) and persistent buffers
     tied = {"lm_head.weight"} if getattr(model.config, "tie_embeddings", False) else set()
     missing = sorted(set(params) - set(ours) - tied)
     unexpected = sorted(set(ours) - set(params))

@@ -28,11 +28,13 @@ from torch import Tensor
 
 from companion._files import atomic_write, atomic_write_text
 from companion.models.config import ModelConfig
-from companion.models.hf import gpt2, llama
+from companion.models.hf import deepseek_v3, gpt2, llama, mixtral, qwen3
 
 __all__ = ["FAMILIES", "family_of", "hf_config", "load_tokenizer", "read_folder", "read_weights", "write_folder"]
 
-FAMILIES: dict[str, ModuleType] = {"gpt2": gpt2, "llama": llama}  # model_type -> its conversion module
+FAMILIES: dict[str, ModuleType] = {  # model_type -> its conversion module
+    "gpt2": gpt2, "llama": llama, "mixtral": mixtral, "qwen3": qwen3, "deepseek_v3": deepseek_v3,
+}  # fmt: skip
 
 
 def hf_config(folder: str | Path) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from companion.models.config import ModelConfig
-from companion.models.hf.common import Weights, check_depth, count_layers, strip_prefix
+from companion.models.hf.common import Weights, check_depth, count_layers, modern_differences, strip_prefix
 
 __all__ = [
     "config_from_hf", "config_from_state_dict", "config_to_hf", "from_companion", "shape_differences", "to_companion",
@@ -74,7 +74,7 @@ def shape_differences(c: ModelConfig) -> list[str]:
     wanted = {"norm_placement": ("pre",), "final_norm": (True,), "embed_norm": (False,), "embed_scale": (False,),
               "sliding_window": (None,), "positions": ("learned",), "norm": ("layernorm",), "bias": (True,),
               "n_kv_heads": (c.n_heads,), "activation": tuple(ACTIVATION_NAMES)}  # fmt: skip
-    return [f"{k}={getattr(c, k)!r}" for k, v in wanted.items() if getattr(c, k) not in v]
+    return [f"{k}={getattr(c, k)!r}" for k, v in wanted.items() if getattr(c, k) not in v] + modern_differences(c)
 
 
 def config_from_state_dict(sd: Mapping[str, Tensor]) -> ModelConfig:

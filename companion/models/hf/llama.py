@@ -16,7 +16,13 @@ from typing import Any
 from torch import Tensor
 
 from companion.models.config import ModelConfig
-from companion.models.hf.common import Weights, check_depth
+from companion.models.hf.common import (
+    Weights,
+    check_depth,
+    modern_differences,
+    outer_from_companion,
+    outer_to_companion,
+)
 
 __all__ = ["config_from_hf", "config_to_hf", "from_companion", "shape_differences", "to_companion"]
 
@@ -86,7 +92,7 @@ def shape_differences(c: ModelConfig) -> list[str]:
     wanted = {"norm_placement": ("pre",), "final_norm": (True,), "embed_norm": (False,), "embed_scale": (False,),
               "sliding_window": (None,), "positions": ("rope",), "rope_pairing": ("half",), "norm": ("rmsnorm",),
               "bias": (False,), "activation": ("swiglu",), "rope_scaling": (None, "linear")}  # fmt: skip
-    return [f"{k}={getattr(c, k)!r}" for k, v in wanted.items() if getattr(c, k) not in v]
+    return [f"{k}={getattr(c, k)!r}" for k, v in wanted.items() if getattr(c, k) not in v] + modern_differences(c)
 
 
 def to_companion(sd: Mapping[str, Tensor], config: ModelConfig) -> dict[str, Tensor]:
@@ -103,12 +109,7 @@ def to_companion(sd: Mapping[str, Tensor], config: ModelConfig) -> dict[str, Ten
             f"activation={config.activation!r}; start from ModelConfig.llama(...)"
         )
     check_depth(sd, r"model\.layers\.(\d+)\.", config, SOURCE)
-    ours: dict[str, Tensor] = {
-        "embed.token.weight": sd["model.embed_tokens.weight"],
-        "norm.weight": sd["model.norm.weight"],
-    }
-    if not config.tie_embeddings:
-        ours["lm_head.weight"] = sd["lm_head.weight"]
+    ours = outer_to_companion(sd, config)
     for i in range(config.n_layers):
         for mine, theirs in NAMES.items():
             for kind in ("weight", "bias"):
@@ -120,9 +121,7 @@ def to_companion(sd: Mapping[str, Tensor], config: ModelConfig) -> dict[str, Ten
 
 def from_companion(sd: Mapping[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
     """Our weights under ``LlamaForCausalLM``'s names."""
-    out = {"model.embed_tokens.weight": sd["embed.token.weight"], "model.norm.weight": sd["norm.weight"]}
-    if not c.tie_embeddings:
-        out["lm_head.weight"] = sd["lm_head.weight"]
+    out = outer_from_companion(sd, c)
     for i in range(c.n_layers):
         for mine, theirs in NAMES.items():
             out[f"model.layers.{i}.{theirs}.weight"] = sd[f"layers.{i}.{mine}.weight"]

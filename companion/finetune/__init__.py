@@ -1,0 +1,39 @@
+"""Fine-tuning a pretrained GPT (chapter 13): supervised fine-tuning on chats, LoRA, and DPO.
+
+Import from here (``from companion.finetune import apply_lora, dpo_loss``); one concept per module, each
+importing only the ones listed before it:
+
+- :mod:`companion.finetune.logprobs` -- a batch as ``(inputs, labels)`` with ``IGNORE_INDEX`` where nothing is
+  scored; ``token_logprobs``, ``sequence_logprobs`` (log π(response | prompt)), ``mean_token_kl``.
+- :mod:`companion.finetune.chat` -- the chat template (``<|user|>``, ``<|assistant|>``, ``<|end|>``...),
+  ``encode_chat`` with its loss mask, ``sft_batch`` and ``sft_loss`` (Ouyang et al. 2022).
+- :mod:`companion.finetune.lora` -- ``LoRALinear``, ``apply_lora``, ``merge_lora`` (Hu et al. 2021).
+- :mod:`companion.finetune.dpo` -- ``dpo_loss`` and ``implicit_rewards`` (Rafailov et al. 2023).
+
+The training loop is :func:`companion.training.train` with ``sft_loss`` or a DPO loss function; the command
+line ``companion-train --init-from SOURCE [--lora R]`` fine-tunes a run or a Hugging Face folder on a text.
+"""
+
+from __future__ import annotations
+
+from companion.finetune.chat import (
+    CHAT_TOKENS,
+    END,
+    ROLE_TOKENS,
+    ROLES,
+    add_chat_tokens,
+    chat_template,
+    encode_chat,
+    encode_prompt,
+    sft_batch,
+    sft_loss,
+)
+from companion.finetune.dpo import dpo_loss, implicit_rewards
+from companion.finetune.logprobs import IGNORE_INDEX, mean_token_kl, sequence_logprobs, token_logprobs
+from companion.finetune.lora import DEFAULT_TARGETS, LoRALinear, apply_lora, lora_modules, merge_lora
+
+__all__ = [
+    "IGNORE_INDEX", "token_logprobs", "sequence_logprobs", "mean_token_kl", "ROLES", "ROLE_TOKENS", "END",
+    "CHAT_TOKENS", "add_chat_tokens", "chat_template", "encode_chat", "encode_prompt", "sft_batch", "sft_loss",
+    "LoRALinear", "apply_lora", "merge_lora", "lora_modules", "DEFAULT_TARGETS", "dpo_loss", "implicit_rewards",
+]  # fmt: skip

@@ -1,0 +1,175 @@
+"""LoRA: fine-tune a frozen linear layer through a low-rank update ΔW = B A (Hu et al. 2021).
+
+A pretrained weight ``W`` (D_out, D_in) stays frozen; the layer learns two small matrices instead,
+``A`` (r, D_in) and ``B`` (D_out, r) with a rank ``r`` much smaller than D_in and D_out::
+
+    y = x Wᵀ + b + (α / r) · x Aᵀ Bᵀ          i.e. the weight W + (α / r) · B A
+
+- ``B`` starts at zero, so ΔW = 0: the adapted model is *exactly* the pretrained one at step 0, and training
+  starts from its loss. ``A`` starts random (Kaiming-uniform, as PyTorch's and peft's ``nn.Linear``), so the
+  gradient of ``B`` is not zero. (Both zero would stay zero: each one's gradient is proportional to the other.)
+- The scale α / r keeps the update's size roughly independent of ``r``, so α need not be retuned with ``r``.
+- Trainable parameters per layer: r · (D_in + D_out) instead of D_in · D_out; AdamW keeps two moments for each
+  trainable parameter, so the optimiser state shrinks by the same factor.
+- ``merge_lora`` folds the update into the weight, W' = W + (α / r) B A: the same outputs at no extra cost at
+  inference, and a plain model (``GPT.save_pretrained`` writes it as any other).
+
+Names follow Hugging Face peft (``lora_A``, ``lora_B``, ``scaling``, the target modules by name); the default
+targets, the query and value projections, are the paper's choice (section 7.1).
+
+Checked in tests/test_finetune.py against peft's LoRA on the same base weights and the same A and B (a single
+linear layer, and a Hugging Face Llama adapted by peft vs our GPT with its weights), peft's
+``merge_and_unload`` against ``merge_lora``, the zero start, the parameter count, and bad arguments.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from companion._checks import check_positive_float, check_positive_int, check_probability
+
+__all__ = ["LoRALinear", "apply_lora", "merge_lora", "lora_modules", "DEFAULT_TARGETS"]
+
+DEFAULT_TARGETS = ("q_proj", "v_proj")  # Hu et al. 2021, section 7.1: adapt W_q and W_v
+
+
+class LoRALinear(nn.Module):
+    """A frozen ``nn.Linear`` plus a trainable low-rank update ``(alpha / r) · B A``.
+
+    Args:
+        base: the pretrained layer; its weight and bias are frozen (``requires_grad=False``), not copied.
+        r: the rank of the update, >= 1 (at most min(D_in, D_out) to be low-rank; larger is allowed).
+        alpha: the scale numerator, > 0; the update is multiplied by ``alpha / r``.
+        dropout: dropout on the adapter's input only (peft's ``lora_dropout``), in [0, 1).
+    """
+
+    def __init__(self, base: nn.Linear, r: int, alpha: float, dropout: float = 0.0) -> None:
+        super().__init__()
+        if not isinstance(base, nn.Linear):
+            raise TypeError(f"base must be a torch.nn.Linear, got {type(base).__name__}")
+        check_positive_int("r", r)
+        check_positive_float("alpha", alpha)
+        check_probability("dropout", dropout, allow_one=False)
+        self.base = base
+        self.base.requires_grad_(False)
+        self.r, self.alpha = r, float(alpha)
+        self.scaling = alpha / r
+        d_out, d_in = base.weight.shape
+        factory = {"dtype": base.weight.dtype, "device": base.weight.device}
+        self.lora_A = nn.Parameter(torch.empty(r, d_in, **factory))  # (r, D_in)
+        self.lora_B = nn.Parameter(torch.zeros(d_out, r, **factory))  # (D_out, r): zero, so ΔW = 0 at the start
+        nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))  # nn.Linear's own init (peft's default too)
+        self.dropout = nn.Dropout(dropout)
+
+    @property
+    def weight(self) -> Tensor:
+        """The frozen base weight W (as peft's layers expose it), so code that reads ``layer.weight`` still works."""
+        return self.base.weight
+
+    @property
+    def bias(self) -> Tensor | None:
+        """The frozen base bias."""
+        return self.base.bias
+
+    def delta_weight(self) -> Tensor:
+        """ΔW = (alpha / r) · B A. Shapes: -> (D_out, D_in)."""
+        return (self.lora_B @ self.lora_A) * self.scaling  # (D_out, D_in)
+
+    def merged(self) -> nn.Linear:
+        """A plain ``nn.Linear`` with weight W + ΔW and the base's bias (frozen as the base was)."""
+        layer = nn.Linear(self.base.in_features, self.base.out_features, bias=self.base.bias is not None,
+                          device=self.base.weight.device, dtype=self.base.weight.dtype)  # fmt: skip
+        with torch.no_grad():
+            layer.weight.copy_(self.base.weight + self.delta_weight())
+            if self.base.bias is not None:
+                layer.bias.copy_(self.base.bias)
+        return layer.requires_grad_(False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Shapes: x (..., D_in) -> (..., D_out)."""
+        update = self.dropout(x) @ self.lora_A.T  # (..., r): the only D_in-to-r product
+        return self.base(x) + (update @ self.lora_B.T) * self.scaling  # (..., D_out)
+
+    def extra_repr(self) -> str:
+        return f"r={self.r}, alpha={self.alpha:g}, scaling={self.scaling:g}"
+
+
+def _matches(name: str, target: str) -> bool:
+    """peft's rule: a target names a module by its full dotted name or by its last parts (``q_proj``)."""
+    return name == target or name.endswith("." + target)
+
+
+def lora_modules(model: nn.Module) -> dict[str, LoRALinear]:
+    """The ``LoRALinear`` layers of ``model`` by name."""
+    return {name: m for name, m in model.named_modules() if isinstance(m, LoRALinear)}
+
+
+def apply_lora(
+    model: nn.Module, r: int, alpha: float, targets: Sequence[str] = DEFAULT_TARGETS, dropout: float = 0.0
+) -> nn.Module:
+    """Replace each ``nn.Linear`` named by ``targets`` with a ``LoRALinear``; freeze every other parameter.
+
+    In place; returns ``model``, whose only trainable parameters are then the adapters' ``lora_A``, ``lora_B``.
+    Each target must match at least one linear layer (by full name or by its last dotted parts, e.g. "q_proj"
+    matches "layers.0.self_attn.q_proj").
+
+    Raises:
+        ValueError: ``r`` <= 0, ``alpha`` <= 0, a target that matches no ``nn.Linear`` (naming it and the
+            layers there are), or a model that already has LoRA layers (merge them first).
+        TypeError: ``model`` is not an ``nn.Module`` or ``targets`` is not a list of names.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    check_positive_int("r", r)
+    check_positive_float("alpha", alpha)
+    if isinstance(targets, str) or not isinstance(targets, Sequence) or not targets:
+        raise TypeError(f"targets must be a non-empty list of module names such as ['q_proj', 'v_proj'], "
+                        f"got {targets!r}")
+    if lora_modules(model):
+        raise ValueError("model already has LoRA layers; call merge_lora(model) before applying LoRA again")
+    linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    chosen: dict[str, nn.Linear] = {}
+    for target in targets:
+        found = {n: m for n, m in linears.items() if _matches(n, target)}
+        if not found:
+            kinds = sorted({n.rsplit(".", 1)[-1] for n in linears})
+            raise ValueError(f"targets entry {target!r} matches no nn.Linear of {type(model).__name__}; its linear "
+                             f"layers are named {kinds}")
+        chosen.update(found)
+    model.requires_grad_(False)
+    for name, layer in chosen.items():
+        _replace(model, name, LoRALinear(layer, r, alpha, dropout))
+    return model
+
+
+def merge_lora(model: nn.Module) -> nn.Module:
+    """Fold every ``LoRALinear`` into its base ``nn.Linear``: weight W + (alpha / r) B A, in place.
+
+    The outputs are unchanged (up to float rounding); the model is again the architecture it was before
+    ``apply_lora``, so it saves and loads as one. Returns ``model``.
+
+    Raises ``ValueError`` if ``model`` has no LoRA layer.
+    """
+    found = lora_modules(model)
+    if not found:
+        raise ValueError(f"model ({type(model).__name__}) has no LoRA layers to merge; apply_lora adds them")
+    uses = Counter(id(p) for _, p in model.named_parameters(remove_duplicate=False))
+    for name, layer in found.items():
+        if uses[id(layer.base.weight)] > 1:  # tied (a head sharing the token table): a new layer, the table unchanged
+            _replace(model, name, layer.merged())
+            continue
+        with torch.no_grad():  # W += ΔW in place: the base keeps its storage (decode_layout, companion.packing)
+            layer.base.weight += layer.delta_weight()
+        _replace(model, name, layer.base)
+    return model
+
+
+def _replace(model: nn.Module, name: str, new: nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, child, new)

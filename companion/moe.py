@@ -1,0 +1,256 @@
+"""Mixture of experts (MoE): a router sends each token to k of E feed-forward networks (chapter 14).
+
+The layer replaces the FFN of a Transformer block: E *experts* (each an FFN, SwiGLU in Mixtral and
+DeepSeek) and a *router* (a linear map D -> E). For every token the router scores the experts, the k best
+are run, and their outputs are mixed with the router's weights:
+
+    y = Σ_{e in top-k(s)} w_e · FFN_e(x)      (+ Σ_shared FFN_shared(x) in DeepSeek)
+
+so the layer holds E experts' parameters but each token pays for k of them: *total* and *active* parameters.
+
+- ``route``: the scores and the top-k choice. "softmax" scores (Switch Transformer, Fedus et al. 2022;
+  Mixtral, Jiang et al. 2024) or "sigmoid" scores (DeepSeek-V3, 2024); renormalising the k chosen weights
+  to sum to 1; DeepSeek-V3's group-limited routing (experts in groups, a token may use only the best
+  ``group_limit`` groups), its balancing bias (added to the scores for the *choice* only) and its
+  ``routed_scaling_factor`` (``scale``).
+- ``load_balancing_loss``: Switch's auxiliary loss E · Σ_e f_e · P_e (f_e: share of the routed slots that went
+  to expert e, P_e: mean router probability of e); 1 when perfectly balanced, up to E when one expert
+  takes everything.
+- ``moe_per_token`` (explicit: the formula above, one token at a time) and ``moe_per_expert`` (batched:
+  each expert gathers its tokens once, runs them as one batch and adds them back; no loop over tokens).
+  Equal outputs (tests/test_moe.py); the layer uses the batched one.
+- ``MoE``: the layer, with shared experts (DeepSeek) and, after each forward, ``aux_loss`` and
+  ``expert_load`` (the share of routed slots each expert got) for training and for the chapter's histograms.
+  ``update_score_bias`` is DeepSeek-V3's auxiliary-loss-free balancing step.
+
+Checked against ``transformers``' ``MixtralSparseMoeBlock`` and ``DeepseekV3MoE`` (router, dispatch and shared
+experts; tests/test_moe.py) and its ``load_balancing_loss_func`` (which counts the k slots of a token as k
+tokens, so it is k times ours).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from companion._checks import check_bool, check_choice, check_positive_float, check_positive_int, check_tensor
+from companion.layers import make_ffn
+
+__all__ = ["SCORINGS", "MoE", "check_routing", "load_balancing_loss", "moe_per_expert", "moe_per_token", "route"]
+
+SCORINGS = ("softmax", "sigmoid")  # how the router turns logits into expert scores
+
+
+def check_routing(n_experts: int, k: int, n_groups: int = 1, group_limit: int = 1) -> None:
+    """``ValueError`` unless k of ``n_experts`` experts can be picked from ``group_limit`` of ``n_groups`` groups."""
+    check_positive_int("n_experts", n_experts)
+    check_positive_int("n_experts_per_token", k)
+    check_positive_int("n_groups", n_groups)
+    check_positive_int("group_limit", group_limit)
+    if k > n_experts:
+        raise ValueError(f"n_experts_per_token={k} is more than n_experts={n_experts}; expected k <= n_experts "
+                         "(a token cannot visit more experts than there are)")
+    if n_experts % n_groups != 0:
+        raise ValueError(f"n_experts={n_experts} is not divisible by n_groups={n_groups}")
+    if group_limit > n_groups:
+        raise ValueError(f"group_limit={group_limit} is more than n_groups={n_groups}; expected at most n_groups")
+    per_group = n_experts // n_groups
+    if n_groups > 1 and per_group < 2:
+        raise ValueError(f"n_groups={n_groups} leaves {per_group} expert per group; a group is scored by its two "
+                         "best experts, so expected at least 2 per group")
+    if group_limit * per_group < k:
+        raise ValueError(f"group_limit={group_limit} groups of {per_group} experts hold fewer than "
+                         f"n_experts_per_token={k}")
+
+
+def route(
+    logits: Tensor,
+    k: int,
+    *,
+    scoring: str = "softmax",
+    normalize: bool = True,
+    scale: float = 1.0,
+    bias: Tensor | None = None,
+    n_groups: int = 1,
+    group_limit: int = 1,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Choose k experts per token and their weights, from the router's logits.
+
+    1. scores: ``softmax(logits)`` over the experts, or ``sigmoid(logits)`` for each expert on its own;
+    2. the choice: the k best of ``scores + bias`` (DeepSeek-V3's balancing bias steers the choice only),
+       among the experts of the ``group_limit`` best groups (a group's score: the sum of its two best);
+    3. the weights: the chosen experts' *scores* (without the bias), renormalised to sum to 1 if
+       ``normalize``, then multiplied by ``scale``.
+
+    Computed in float32 (the router's softmax decides which expert runs; half precision can flip it).
+
+    Shapes:
+        logits: (N, E) -> weights (N, k) float32, experts (N, k) int64, scores (N, E) float32
+
+    Raises:
+        ValueError: k, groups or group limit that cannot work (:func:`check_routing`), an unknown scoring.
+    """
+    check_tensor("logits", logits, ndim=2)
+    n, e = logits.shape
+    check_routing(e, k, n_groups, group_limit)
+    check_choice("scoring", scoring, SCORINGS)
+    logits = logits.float()
+    scores = logits.softmax(dim=-1) if scoring == "softmax" else logits.sigmoid()  # (N, E)
+    choice = scores if bias is None else scores + bias.float()  # (N, E): what the top-k looks at
+    if n_groups > 1:
+        grouped = choice.view(n, n_groups, e // n_groups)  # (N, G, E/G)
+        group_scores = grouped.topk(2, dim=-1).values.sum(dim=-1)  # (N, G): each group's two best
+        best_groups = group_scores.topk(group_limit, dim=-1).indices  # (N, group_limit)
+        allowed = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(1, best_groups, True)  # (N, G)
+        allowed = allowed.repeat_interleave(e // n_groups, dim=1)  # (N, E)
+        choice = choice.masked_fill(~allowed, float("-inf"))
+    experts = choice.topk(k, dim=-1).indices  # (N, k)
+    weights = scores.gather(1, experts)  # (N, k): the scores themselves, not score + bias
+    if normalize:
+        weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+    return weights * scale, experts, scores
+
+
+def load_balancing_loss(probs: Tensor, experts: Tensor, n_experts: int) -> Tensor:
+    """Switch Transformer's auxiliary loss (Fedus et al. 2022, eq. 4), for k experts per token.
+
+    ``E · Σ_e f_e · P_e`` with f_e the share of the N·k routed slots that went to expert e (no gradient: a
+    count) and P_e the mean router probability of e over the N tokens (differentiable). Both are 1/E when
+    routing is uniform, which gives the minimum, 1; if one expert takes every token it is E.
+
+    Shapes:
+        probs: (N, E) router probabilities (rows sum to 1); experts: (N, k) chosen experts -> scalar
+    """
+    check_tensor("probs", probs, ndim=2)
+    check_tensor("experts", experts, ndim=2)
+    counts = torch.bincount(experts.flatten(), minlength=n_experts)[:n_experts]  # (E,) routed slots per expert
+    f = counts.to(probs.dtype) / experts.numel()  # (E,) sums to 1
+    p = probs.mean(dim=0)  # (E,)
+    return n_experts * (f * p).sum()
+
+
+def moe_per_token(x: Tensor, weights: Tensor, experts: Tensor, ffns: nn.ModuleList) -> Tensor:
+    """The definition, one token at a time: ``y_t = Σ_j weights[t, j] · ffns[experts[t, j]](x_t)``.
+
+    Written to be read, not run at scale (a Python loop over N·k expert calls).
+
+    Shapes: x (N, D), weights (N, k), experts (N, k) -> (N, D)
+    """
+    rows = []
+    for t in range(x.shape[0]):
+        y = torch.zeros_like(x[t], dtype=torch.float32)  # (D,)
+        for j in range(experts.shape[1]):
+            expert = int(experts[t, j])
+            y = y + weights[t, j] * ffns[expert](x[t : t + 1])[0]  # (D,): this expert's output, weighted
+        rows.append(y.to(x.dtype))
+    return torch.stack(rows)  # (N, D)
+
+
+def moe_per_expert(x: Tensor, weights: Tensor, experts: Tensor, ffns: nn.ModuleList) -> Tensor:
+    """The same sum, batched by expert: each expert gathers the tokens routed to it (one gather), runs them
+    as one batch, weights them and adds them back into their rows (one ``index_add_``). The only loop is
+    over the E experts; the token dimension is never looped over.
+
+    Shapes: x (N, D), weights (N, k), experts (N, k) -> (N, D)
+    """
+    out = torch.zeros_like(x)  # (N, D)
+    for e, ffn in enumerate(ffns):
+        token, slot = torch.where(experts == e)  # (n_e,) the tokens that chose e, and in which of their k slots
+        if token.numel() == 0:
+            continue
+        y = ffn(x[token]) * weights[token, slot, None]  # (n_e, D): one batch for this expert
+        out.index_add_(0, token, y.to(out.dtype))
+    return out
+
+
+class MoE(nn.Module):
+    """A mixture-of-experts FFN: router, E routed experts (k per token), optional shared experts.
+
+    Args:
+        d_model: model width D. d_expert: hidden width of each expert FFN.
+        n_experts: routed experts E. k: experts per token.
+        n_shared: shared experts (DeepSeek), run on every token as one FFN of width ``n_shared · d_expert``.
+        activation: the experts' FFN kind ("swiglu" in Mixtral and DeepSeek; see ``make_ffn``). bias: in the experts.
+        scoring, normalize, scale, n_groups, group_limit: the routing rule (see :func:`route`).
+        dropout: inside the experts (training only).
+
+    After each forward: ``aux_loss`` (the load-balancing loss of that batch, with gradient) and
+    ``expert_load`` (E,) (the share of routed slots each expert got, no gradient). With ``scoring="sigmoid"``
+    the layer has DeepSeek-V3's balancing bias, the buffer ``score_bias`` (E,), moved by :meth:`update_score_bias`.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        d_expert: int,
+        n_experts: int,
+        k: int = 2,
+        *,
+        n_shared: int = 0,
+        activation: str = "swiglu",
+        bias: bool = False,
+        scoring: str = "softmax",
+        normalize: bool = True,
+        scale: float = 1.0,
+        n_groups: int = 1,
+        group_limit: int = 1,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        check_positive_int("d_model", d_model)
+        check_positive_int("d_expert", d_expert)
+        check_routing(n_experts, k, n_groups, group_limit)
+        check_positive_int("n_shared", n_shared, allow_zero=True)
+        check_choice("scoring", scoring, SCORINGS)
+        check_bool("normalize", normalize)
+        check_positive_float("scale", scale)
+        self.d_model, self.n_experts, self.k = d_model, n_experts, k
+        self.scoring, self.normalize, self.scale = scoring, normalize, scale
+        self.n_groups, self.group_limit = n_groups, group_limit
+        self.router = nn.Linear(d_model, n_experts, bias=False)  # one logit per expert
+        self.experts = nn.ModuleList(
+            make_ffn(activation, d_model, d_expert, bias=bias, dropout=dropout) for _ in range(n_experts)
+        )
+        self.shared_experts = (
+            make_ffn(activation, d_model, n_shared * d_expert, bias=bias, dropout=dropout) if n_shared else None
+        )
+        self.score_bias: Tensor | None
+        if scoring == "sigmoid":  # DeepSeek-V3: steers the choice, not the weights; moved by update_score_bias
+            self.register_buffer("score_bias", torch.zeros(n_experts))
+        else:
+            self.score_bias = None
+        self.aux_loss: Tensor | None = None
+        self.expert_load: Tensor | None = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Shapes: x (B, T, D) (any (..., D)) -> (..., D)."""
+        check_tensor("x", x)
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"x has last dimension {x.shape[-1]}, expected d_model={self.d_model}")
+        flat = x.reshape(-1, self.d_model)  # (N, D), N = B·T tokens
+        logits = flat.float() @ self.router.weight.float().t()  # (N, E), float32
+        weights, experts, scores = route(
+            logits, self.k, scoring=self.scoring, normalize=self.normalize, scale=self.scale,
+            bias=self.score_bias, n_groups=self.n_groups, group_limit=self.group_limit,
+        )  # fmt: skip
+        out = moe_per_expert(flat, weights, experts, self.experts)  # (N, D)
+        probs = scores if self.scoring == "softmax" else scores / scores.sum(dim=-1, keepdim=True)  # (N, E)
+        self.aux_loss = load_balancing_loss(probs, experts, self.n_experts)
+        self.expert_load = torch.bincount(experts.flatten(), minlength=self.n_experts).float() / experts.numel()
+        out = out.view_as(x)  # (..., D)
+        if self.shared_experts is not None:
+            out = out + self.shared_experts(x)
+        return out
+
+    @torch.no_grad()
+    def update_score_bias(self, rate: float = 1e-3) -> None:
+        """DeepSeek-V3's auxiliary-loss-free balancing (DeepSeek-AI 2024, §2.1.2): after a step, lower the bias
+        of each overloaded expert by ``rate`` and raise that of each underloaded one (load from the last forward).
+        """
+        check_positive_float("rate", rate)
+        if self.score_bias is None or self.expert_load is None:
+            raise ValueError("update_score_bias needs scoring='sigmoid' and a forward pass first")
+        self.score_bias += rate * torch.sign(self.expert_load.mean() - self.expert_load).to(self.score_bias)
+
+    def extra_repr(self) -> str:
+        return f"experts={self.n_experts}, k={self.k}, scoring={self.scoring!r}"
