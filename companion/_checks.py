@@ -183,3 +183,25 @@ def check_additive_mask(name: str, mask: Tensor) -> None:
     """Raise ``ValueError`` if a float mask holds NaN or +inf (only 0 / finite biases / -inf make sense)."""
     if bool(torch.isnan(mask).any()) or bool((mask == float("inf")).any()):
         raise ValueError(f"{name} holds NaN or +inf; expected an additive mask of finite values and -inf")
+
+
+# --- classification --------------------------------------------------------------------------------------
+
+
+def check_num_labels(name: str, value: Any) -> None:
+    """A number of classes: an int >= 2 (a classifier with one label has nothing to decide)."""
+    check_positive_int(name, value)
+    if value < 2:
+        raise ValueError(f"{name}={value} is invalid; expected at least 2 classes (one label leaves nothing to decide)")
+
+
+def check_labels(name: str, labels: Any, num_labels: int, *, ignore_index: int | None = -100) -> None:
+    """Class labels: an integer tensor whose entries are in ``[0, num_labels)`` or equal ``ignore_index``."""
+    check_tensor(name, labels)
+    if labels.dtype not in ID_DTYPES:
+        raise TypeError(f"{name} must hold integer class labels (int16, int32 or int64), got dtype {labels.dtype}")
+    scored = labels if ignore_index is None else labels[labels != ignore_index]
+    if scored.numel() and (int(scored.min()) < 0 or int(scored.max()) >= num_labels):
+        bad = int(scored.min()) if int(scored.min()) < 0 else int(scored.max())
+        skip = "" if ignore_index is None else f" (or {ignore_index} to leave a position out)"
+        raise ValueError(f"label {bad} in {name} is out of range; expected 0 <= label < num_labels={num_labels}{skip}")

@@ -86,7 +86,7 @@ def count_parameters(config: Any, family: str = "gpt", *, embeddings: bool = Tru
 
     ``family``: "gpt" (decoder-only), "transformer" (encoder–decoder, one shared vocabulary) or
     "encoder" (BERT-style with its masked-LM head). A tied output matrix counts once.
-    ``embeddings=False`` leaves out the token and position tables (and an untied output matrix): the
+    ``embeddings=False`` leaves out the token, position and token-type tables (and an untied output matrix): the
     "non-embedding" N of Kaplan et al. 2020, the N of the scaling laws.
     ``active=True``: the parameters one token uses in a mixture-of-experts GPT, i.e. k of the E routed experts
     of each MoE layer (with the router and the shared experts); the same as the total for a dense model.
@@ -98,6 +98,7 @@ def count_parameters(config: Any, family: str = "gpt", *, embeddings: bool = Tru
     d, v = config.d_model, config.vocab_size
     norm = _norm_params(config)
     table = v * d + (config.max_seq_len * d if config.positions == "learned" else 0)  # token (+ position) rows
+    table += getattr(config, "type_vocab_size", 0) * d  # BERT's token-type (segment) rows
     total = table if embeddings else 0
     total += norm if config.embed_norm else 0
     self_layer = _attention_params(config) + _ffn_params(config) + 2 * norm  # 2 residual blocks, each with a norm

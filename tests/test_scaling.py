@@ -37,7 +37,8 @@ def test_count_parameters_equals_the_modules(preset, family):
 @pytest.mark.parametrize(
     "changes",
     [dict(positions="rope"), dict(tie_embeddings=False), dict(n_kv_heads=1), dict(activation="swiglu", bias=False),
-     dict(norm="rmsnorm", final_norm=False), dict(embed_norm=True), dict(n_encoder_layers=3, n_decoder_layers=1)],
+     dict(norm="rmsnorm", final_norm=False), dict(embed_norm=True), dict(n_encoder_layers=3, n_decoder_layers=1),
+     dict(type_vocab_size=2)],
 )
 def test_count_parameters_follows_each_config_field(changes):
     config = ModelConfig(**changes)

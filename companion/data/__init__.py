@@ -13,6 +13,8 @@ you give. Import from here (``from companion.data import toy_translation, TokenD
 - :mod:`companion.data.instructions` -- instructions with known answers for fine-tuning (chapter 13): the
   glossary's terms in English and Chinese, the self-check questions, the toy translations; held-out splits by
   key, and a corrupted answer for preference pairs.
+- :mod:`companion.data.markdown` -- ``paragraphs`` of a markdown page and ``tag_segments``: the pieces of a
+  paragraph tagged English / Chinese / maths / code by its own markup (chapter 12's labelled data).
 - :mod:`companion.data.text` -- your own text (chapter 11, ``companion-train``): ``read_text_file``,
   ``train_tokenizer`` / ``save_tokenizer`` / ``load_tokenizer``, the ids on disk (``write_token_file``) and
   ``TokenData``, which serves random training windows and fixed validation windows from them.
@@ -35,6 +37,7 @@ from companion.data.instructions import (
     swap_adjacent_words,
     translation_instructions,
 )
+from companion.data.markdown import TAGS, paragraphs, plain_text, tag_segments
 from companion.data.markov import MarkovSource, markov_source
 from companion.data.text import (
     TOKENIZER_FILES,
@@ -74,5 +77,5 @@ __all__ = [
     "save_tokenizer", "text_sha256", "token_dtype", "tokenizer_kind", "train_tokenizer", "write_token_file",
     "GLOSSARY_FAMILIES", "GlossaryTerm", "Instruction", "SelfCheckQuestion", "first_sentence",
     "glossary_instructions", "glossary_terms", "self_check_instructions", "self_check_questions", "split_by_key",
-    "swap_adjacent_words", "translation_instructions",
+    "swap_adjacent_words", "translation_instructions", "TAGS", "paragraphs", "plain_text", "tag_segments",
 ]

@@ -10,21 +10,33 @@ One module per concept, each importing only the ones above it in this list:
   directions; model folders on disk): GPT-2, Llama, Mixtral, Qwen3, DeepSeek-V3. It builds no model.
 - :mod:`~companion.models.base` -- what the models share: ``num_parameters``, input checks, the output head.
 - :mod:`~companion.models.gpt` -- ``GPT`` (decoder-only; ``from_pretrained`` / ``save_pretrained``).
-- :mod:`~companion.models.encoder_decoder` -- ``Transformer`` (encoder–decoder).
-- :mod:`~companion.models.encoder` -- ``Encoder`` (BERT-style) and ``mask_tokens``.
-- :mod:`~companion.models.loaders` -- ``load_gpt2_state_dict`` / ``load_llama_state_dict``: a model from a
-  Hugging Face state dict.
+- :mod:`~companion.models.encoder_decoder` -- ``Transformer`` (encoder–decoder) and T5's ``span_corruption``.
+- :mod:`~companion.models.encoder` -- ``Encoder`` (BERT-style, token types, masked-LM head) and ``mask_tokens``.
+- :mod:`~companion.models.heads` -- ``SequenceClassifier`` ([CLS] or mean pooling) and ``TokenClassifier``:
+  task heads on the encoder.
+- :mod:`~companion.models.vit` -- ``ViT`` (Vision Transformer) and ``patchify``.
+- :mod:`~companion.models.loaders` -- ``load_gpt2_state_dict`` / ``load_llama_state_dict`` /
+  ``load_bert_state_dict`` / ``load_vit_state_dict``: a model from a Hugging Face state dict.
 """
 
 from companion.models.base import num_parameters
 from companion.models.blocks import DecoderLayer, DecoderLayerCache, Embeddings, EncoderLayer, attention_mask
 from companion.models.config import ModelConfig
 from companion.models.encoder import Encoder, mask_tokens
-from companion.models.encoder_decoder import Transformer
+from companion.models.encoder_decoder import Transformer, span_corruption
 from companion.models.gpt import GPT
-from companion.models.loaders import load_gpt2_state_dict, load_llama_state_dict
+from companion.models.heads import SequenceClassifier, TokenClassifier, pool
+from companion.models.loaders import (
+    load_bert_state_dict,
+    load_gpt2_state_dict,
+    load_llama_state_dict,
+    load_vit_state_dict,
+)
+from companion.models.vit import ViT, patchify
 
 __all__ = [
     "GPT", "DecoderLayer", "DecoderLayerCache", "Embeddings", "Encoder", "EncoderLayer", "ModelConfig", "Transformer",
     "attention_mask", "load_gpt2_state_dict", "load_llama_state_dict", "mask_tokens", "num_parameters",
+    "SequenceClassifier", "TokenClassifier", "pool", "ViT", "patchify", "load_bert_state_dict", "load_vit_state_dict",
+    "span_corruption",
 ]  # fmt: skip

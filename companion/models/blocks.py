@@ -1,7 +1,8 @@
 """The pieces every model in ``companion.models`` is assembled from.
 
 - ``Embeddings``: token lookup (optionally × sqrt(D)) plus absolute positions (sinusoidal or learned),
-  an optional norm (BERT) and dropout. RoPE and ALiBi add nothing here: they act inside attention.
+  BERT's token types (segments) if ``config.type_vocab_size``, an optional norm (BERT) and dropout. RoPE and
+  ALiBi add nothing here: they act inside attention.
 - ``attention_mask``: the mask one attention call needs: causal (or bidirectional), sliding window,
   padding, and the ALiBi bias, for T new queries against S keys (S > T when a KV cache holds the past).
   ``causal_by_flag`` says when plain causal attention can go by ``is_causal=True`` instead (no sliding
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from companion._checks import check_token_ids
 from companion.attention import KVCache, MultiHeadAttention, MultiHeadLatentAttention
 from companion.embeddings import TokenEmbedding
 from companion.layers import ResidualBlock, make_ffn, make_norm
@@ -37,7 +39,11 @@ __all__ = [
 
 
 class Embeddings(nn.Module):
-    """Token embedding + absolute position information, for positions ``offset .. offset + T - 1``."""
+    """Token embedding + absolute position information, for positions ``offset .. offset + T - 1``.
+
+    With ``config.type_vocab_size > 0`` a third table adds the vector of each token's *type* (BERT's segment:
+    0 for the first sentence of a pair, 1 for the second); tokens without given types are type 0.
+    """
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -49,17 +55,31 @@ class Embeddings(nn.Module):
         elif config.positions == "sinusoidal":  # a fixed table: a buffer, not a parameter
             table = sinusoidal_encoding(config.max_seq_len, config.d_model)  # (T_max, D)
             self.register_buffer("sinusoid", table, persistent=False)
+        self.token_type: TokenEmbedding | None = None
+        if config.type_vocab_size:
+            self.token_type = TokenEmbedding(config.type_vocab_size, config.d_model)
         self.norm = config_norm(config) if config.embed_norm else None
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
-        """Shapes: ids (B, T) -> (B, T, D)."""
+    def forward(self, ids: Tensor, offset: int = 0, token_type_ids: Tensor | None = None) -> Tensor:
+        """Shapes: ids (B, T), token_type_ids (B, T) or None (all type 0) -> (B, T, D)."""
         t = ids.size(1)
         x = self.token(ids)  # (B, T, D)
         if self.position is not None:
             x = x + self.position(t, offset=offset)  # (T, D) broadcast over B
         elif self.config.positions == "sinusoidal":
             x = x + self.sinusoid[offset : offset + t].to(x.dtype)  # (T, D)
+        if token_type_ids is not None:
+            if self.token_type is None:
+                raise ValueError("token_type_ids were given but the config has type_vocab_size=0; expected "
+                                 "ModelConfig(type_vocab_size=2, ...) (BERT) to use segments")
+            check_token_ids("token_type_ids", token_type_ids, vocab_size=self.config.type_vocab_size)
+            if token_type_ids.shape != ids.shape:
+                raise ValueError(f"token_type_ids has shape {tuple(token_type_ids.shape)}; expected the shape "
+                                 f"of ids {tuple(ids.shape)}")
+            x = x + self.token_type(token_type_ids)  # (B, T, D)
+        elif self.token_type is not None:
+            x = x + self.token_type.weight[0]  # (D,): every token is of type 0
         if self.norm is not None:
             x = self.norm(x)
         return self.dropout(x)

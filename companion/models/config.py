@@ -12,14 +12,16 @@ Presets (classmethods) reproduce published shapes:
   ``GPT2LMHeadModel`` (tests/test_models.py, tests/test_hf_equivalence.py).
 - ``llama(...)`` / ``llama_tiny()``: Touvron et al. 2023 (Llama 2 7B defaults), checked against
   ``LlamaForCausalLM``.
-- ``bert_base()`` (Devlin et al. 2019) and ``mistral_7b()`` (Jiang et al. 2023, sliding window + GQA).
+- ``bert_base()`` (Devlin et al. 2019, with its token-type table) and ``mistral_7b()`` (Jiang et al. 2023,
+  sliding window + GQA).
+- ``vit()``: ViT-B/16 (Dosovitskiy et al. 2021), checked against ``ViTForImageClassification``.
 - Today's models (chapter 14): ``mixtral_8x7b()`` (Jiang et al. 2024; 46.7B parameters, 12.9B active),
   ``qwen3(...)`` (Qwen3 dense, QK-norm, an explicit head width) and ``deepseek_v3()`` (DeepSeek-AI 2024; MLA,
   256 routed + 1 shared expert, 671B parameters, 37B active), checked against ``transformers``' Mixtral,
   Qwen3 and DeepseekV3 models (tests/test_hf_families.py, tests/test_scaling.py).
 
-Left out on purpose: T5's bucketed relative-position bias, BERT's token-type embeddings, DeepSeek-V3's
-multi-token-prediction module (it serves training and speculative decoding, not the next-token logits).
+Left out on purpose: T5's bucketed relative-position bias, DeepSeek-V3's multi-token-prediction
+module (it serves training and speculative decoding, not the next-token logits).
 """
 
 from __future__ import annotations
@@ -104,12 +106,19 @@ class ModelConfig:
     rope_head_dim: int | None = None  # MLA: RoPE part of each query and of the shared key (64); None -> D_h / 2
     nope_head_dim: int | None = None  # MLA: position-free part of each query and key (128); None -> D_h
     v_head_dim: int | None = None  # MLA: width of each head's value (128); None -> D_h
+    # --- encoders: segments and images (BERT, ViT) --------------------------------------------------
+    type_vocab_size: int = 0  # rows of BERT's token-type (segment) table added to the embeddings (BERT: 2); 0: none
+    image_size: int | None = None  # ViT: side of the square input image in pixels; None: a text model
+    patch_size: int = 16  # ViT: side of the square patches an image is cut into, one token each
+    num_channels: int = 3  # ViT: colour channels of an input image (3 for RGB, 1 for grey)
 
     def __post_init__(self) -> None:
         for name, kind in _FIELD_KINDS.items():  # types first: numpy scalars become Python numbers
             object.__setattr__(self, name, _coerce(name, getattr(self, name), kind))
-        for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_seq_len"):
+        for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_seq_len", "patch_size",
+                     "num_channels"):
             check_positive_int(name, getattr(self, name))
+        check_positive_int("type_vocab_size", self.type_vocab_size, allow_zero=True)
         for name in _OPTIONAL_INTS:
             if getattr(self, name) is not None:
                 check_positive_int(name, getattr(self, name))
@@ -146,6 +155,9 @@ class ModelConfig:
             )
         if self.rope_scaling == "yarn" and self.rope_original_max_seq_len is None:
             raise ValueError("rope_scaling='yarn' needs rope_original_max_seq_len (the pre-training context length)")
+        if self.image_size is not None and self.image_size % self.patch_size != 0:
+            raise ValueError(f"image_size={self.image_size} is not a multiple of patch_size={self.patch_size}; "
+                             "expected an image that patches tile exactly")
         self._check_chapter_14()
 
     def _check_chapter_14(self) -> None:
@@ -257,12 +269,13 @@ class ModelConfig:
 
     @classmethod
     def bert_base(cls, **changes: Any) -> ModelConfig:
-        """BERT-base: D=768, H=12, 12 post-LN layers, exact GELU, 512 learned positions, embedding LN."""
+        """BERT-base: D=768, H=12, 12 post-LN layers, exact GELU, 512 learned positions, 2 token types
+        (segments A and B), embedding LN. ``Encoder`` of it: 109,514,298 parameters, as ``BertForMaskedLM``."""
         base = dict(
             vocab_size=30522, d_model=768, n_heads=12, n_layers=12, d_ff=3072, max_seq_len=512,
             norm="layernorm", norm_placement="post", final_norm=False, embed_norm=True,
             activation="gelu", positions="learned", tie_embeddings=True, bias=True, dropout=0.1,
-            norm_eps=1e-12,
+            norm_eps=1e-12, type_vocab_size=2,
         )  # fmt: skip
         return cls(**{**base, **changes})
 
@@ -305,11 +318,31 @@ class ModelConfig:
                     router_group_limit=4)  # fmt: skip
         return cls.llama(**{**base, **changes})
 
+    @classmethod
+    def vit(cls, **changes: Any) -> ModelConfig:
+        """ViT-B/16 (Dosovitskiy et al. 2021): 224×224 RGB images cut into 16×16 patches (196 tokens + [CLS]),
+        D=768, H=12, 12 pre-LN layers, d_ff=3072, exact GELU, learned positions, LayerNorm eps 1e-12 (as
+        Hugging Face's ``ViTConfig``). ``ViT(ModelConfig.vit(), num_labels=1000)`` has 86,567,656 parameters.
+
+        ``max_seq_len`` follows the image: (image_size / patch_size)² patches + [CLS], unless given.
+        ``vocab_size`` is unused (an image has no vocabulary).
+        """
+        base = dict(
+            vocab_size=1, d_model=768, n_heads=12, n_layers=12, d_ff=3072, image_size=224, patch_size=16,
+            num_channels=3, norm="layernorm", norm_placement="pre", final_norm=True, activation="gelu",
+            positions="learned", tie_embeddings=False, bias=True, dropout=0.0, norm_eps=1e-12,
+        )  # fmt: skip
+        merged = {**base, **changes}
+        if "max_seq_len" not in changes and merged["image_size"] is not None:
+            merged["max_seq_len"] = (merged["image_size"] // merged["patch_size"]) ** 2 + 1
+        return cls(**merged)
+
 
 # --- field types ----------------------------------------------------------------------------------------
 
 _OPTIONAL_INTS = ("n_encoder_layers", "n_decoder_layers", "n_kv_heads", "rope_original_max_seq_len", "sliding_window",
-                  "d_head", "d_expert", "kv_rank", "q_rank", "rope_head_dim", "nope_head_dim", "v_head_dim")
+                  "d_head", "d_expert", "kv_rank", "q_rank", "rope_head_dim", "nope_head_dim", "v_head_dim",
+                  "image_size")
 _FOLLOWERS = (("n_kv_heads", "n_heads"), ("n_encoder_layers", "n_layers"), ("n_decoder_layers", "n_layers"),
               ("d_expert", "d_ff"))
 _FIELD_KINDS = {
@@ -320,6 +353,7 @@ _FIELD_KINDS = {
     **dict.fromkeys(("fused_norm", "decode_layout"), bool),
     **dict.fromkeys(("attention_sinks", "n_experts", "n_experts_per_token", "n_shared_experts", "n_dense_layers",
                      "router_groups", "router_group_limit"), int),
+    **dict.fromkeys(("type_vocab_size", "patch_size", "num_channels"), int),
     **dict.fromkeys(("qk_norm", "router_normalize"), bool),
     "router": str,
     "router_scale": float,

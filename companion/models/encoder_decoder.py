@@ -2,12 +2,21 @@
 
 ``encode`` runs once; ``decode`` runs once per generated token, and every decoder layer's cross-attention reads
 the same encoder output H. Checked in tests against ``torch.nn.Transformer`` and its own cached/uncached paths.
+
+``span_corruption`` is T5's pretraining objective (Raffel et al. 2020, §3.1.4), as BERT's ``mask_tokens`` sits
+beside the encoder: drop 15 % of the tokens in spans of mean length 3, put one sentinel in place of each span,
+and make the target the sentinels followed by what they hide.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
 from torch import Tensor, nn
 
+from companion._checks import check_positive_float, check_probability
 from companion.models.base import check_caches, check_ids, final_norm, lm_head
 from companion.models.blocks import (
     DecoderLayer,
@@ -22,7 +31,7 @@ from companion.models.blocks import (
 from companion.models.config import ModelConfig
 from companion.packing import store_for_decoding
 
-__all__ = ["Transformer"]
+__all__ = ["Transformer", "span_corruption"]
 
 
 class Transformer(nn.Module):
@@ -100,3 +109,50 @@ class Transformer(nn.Module):
         """
         memory = self.encode(src, padding_mask)  # (B, S, D)
         return self.decode(tgt, memory, padding_mask)
+
+
+def _segment(n_items: int, n_segments: int, generator: torch.Generator | None) -> list[int]:
+    """``n_items`` cut at random into ``n_segments`` non-empty runs (their lengths, summing to ``n_items``)."""
+    cuts = (torch.randperm(n_items - 1, generator=generator)[: n_segments - 1] + 1).sort().values.tolist()
+    bounds = [0, *cuts, n_items]
+    return [b - a for a, b in zip(bounds, bounds[1:])]
+
+
+def span_corruption(
+    tokens: Sequence[Any],
+    noise_density: float = 0.15,
+    mean_span_length: float = 3.0,
+    generator: torch.Generator | None = None,
+    sentinel: Callable[[int], Any] = lambda i: f"<extra_id_{i}>",
+) -> tuple[list[Any], list[Any]]:
+    """T5's span corruption (Raffel et al. 2020, §3.1.4; the layout of T5's ``random_spans_noise_mask``).
+
+    ``round(len(tokens) · noise_density)`` tokens are dropped in ``round(noise / mean_span_length)`` spans; the
+    kept and dropped runs alternate, starting with a kept run and ending with a dropped one (T5's layout), their
+    lengths drawn at random. The input keeps
+    every kept token and puts ``sentinel(i)`` where span ``i`` was; the target lists ``sentinel(i)`` followed by
+    span ``i``'s tokens for every span, then one last sentinel (as T5 does). ``sentinel`` maps a span number to
+    a token (T5: ``<extra_id_0>``, ``<extra_id_1>``, ... at the top of its vocabulary).
+
+    Example (the paper's Figure 2 draws its spans by hand): 20 words give 3 dropped words in 1 span, e.g. the
+    input ``w0 ... w16 <extra_id_0>`` and the target ``<extra_id_0> w17 w18 w19 <extra_id_1>``; 60 words give
+    9 dropped words in 3 spans.
+
+    Raises ``ValueError`` for fewer than two tokens or a density outside (0, 1).
+    """
+    if len(tokens) < 2:
+        raise ValueError(f"tokens has {len(tokens)} items; expected at least 2 (one kept, one dropped)")
+    check_probability("noise_density", noise_density, allow_zero=False, allow_one=False)
+    check_positive_float("mean_span_length", mean_span_length)
+    n = len(tokens)
+    n_noise = min(max(round(n * noise_density), 1), n - 1)
+    n_spans = min(max(round(n_noise / mean_span_length), 1), n - n_noise)
+    noise, keep = _segment(n_noise, n_spans, generator), _segment(n - n_noise, n_spans, generator)
+    inputs: list[Any] = []
+    targets: list[Any] = []
+    start = 0
+    for i, (k, m) in enumerate(zip(keep, noise)):
+        inputs += [*tokens[start : start + k], sentinel(i)]  # kept run, then the sentinel of span i
+        targets += [sentinel(i), *tokens[start + k : start + k + m]]  # span i, announced by its sentinel
+        start += k + m
+    return inputs, targets + [sentinel(n_spans)]

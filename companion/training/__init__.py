@@ -3,7 +3,8 @@
 Import from here (``from companion.training import train, lm_loss``); one concept per module, each importing
 only the ones listed before it:
 
-- :mod:`companion.training.losses` -- ``lm_loss`` / ``seq2seq_loss`` (teacher forcing, padding ignored).
+- :mod:`companion.training.losses` -- ``lm_loss`` / ``seq2seq_loss`` (teacher forcing, padding ignored),
+  ``mlm_loss`` (BERT's masked LM) and ``classification_loss`` (sequence and token classification).
 - :mod:`companion.training.schedule` -- ``TrainConfig`` (validated settings), ``make_optimizer`` (AdamW,
   Loshchilov & Hutter 2019, no decay on 1-D parameters, as in karpathy/nanoGPT ``train.py``) and ``lr_at``
   (linear warm-up then cosine decay).
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from companion.training.checkpoints import load_checkpoint, save_checkpoint
 from companion.training.loop import train
-from companion.training.losses import LossFn, lm_loss, seq2seq_loss
+from companion.training.losses import LossFn, classification_loss, lm_loss, mlm_loss, seq2seq_loss
 from companion.training.scaling_sweep import scaling_sweep
 from companion.training.schedule import TrainConfig, lr_at, make_optimizer
 from companion.training.translation import (
@@ -35,7 +36,8 @@ from companion.training.translation import (
 )
 
 __all__ = [
-    "TrainConfig", "LossFn", "lm_loss", "seq2seq_loss", "lr_at", "make_optimizer", "train", "save_checkpoint",
+    "TrainConfig", "LossFn", "lm_loss", "seq2seq_loss", "mlm_loss", "classification_loss", "lr_at", "make_optimizer",
+    "train", "save_checkpoint",
     "load_checkpoint", "train_translation", "translation_accuracy", "translate_pairs", "translation_model_config",
     "scaling_sweep",
 ]  # fmt: skip

@@ -1,9 +1,15 @@
-"""Losses of teacher-forced training: the two small adapters between a batch and a scalar loss.
+"""Losses: the small adapters between a batch and a scalar loss, one per kind of training.
 
-Both use teacher forcing (the model reads the true previous tokens and predicts the next one at every
-position) and leave padding out of the cross-entropy (``ignore_index``). The log-softmax runs in float32
-even for a half-precision model. Checked in ``tests/test_training.py``: the losses equal ``F.cross_entropy``
-on hand-shifted targets and on a teacher-forced forward, and extra padding changes nothing.
+- ``lm_loss`` / ``seq2seq_loss``: teacher forcing (the model reads the true previous tokens and predicts the
+  next one at every position), padding left out of the cross-entropy (``ignore_index``).
+- ``mlm_loss``: BERT's masked-LM loss, scored only where ``mask_tokens`` chose a token; the MLM head runs on
+  those positions alone.
+- ``classification_loss``: one label per sequence (``SequenceClassifier``, ``ViT``) or per token
+  (``TokenClassifier``, -100 = not scored), with the labels checked against the number of classes.
+
+The log-softmax runs in float32 even for a half-precision model. Checked in ``tests/test_training.py`` and
+``tests/test_heads.py``: the losses equal ``F.cross_entropy`` on hand-shifted targets, on a teacher-forced
+forward and on the full MLM logits, and extra padding changes nothing.
 """
 
 from __future__ import annotations
@@ -14,9 +20,9 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from companion._checks import check_tensor
+from companion._checks import check_labels, check_tensor
 
-__all__ = ["LossFn", "lm_loss", "seq2seq_loss"]
+__all__ = ["LossFn", "classification_loss", "lm_loss", "mlm_loss", "seq2seq_loss"]
 
 LossFn = Callable[[nn.Module, Any], Tensor]  # (model, batch) -> scalar loss: the type of train's loss_fn
 
@@ -57,6 +63,51 @@ def seq2seq_loss(model: nn.Module, batch: tuple[Tensor, Tensor], *, pad_id: int 
     memory = model.encode(src, src_padding)  # (B, S, D)
     logits = model.decode(tgt[:, :-1], memory, src_padding)  # (B, T, V); the third argument: padding of memory
     return _cross_entropy(logits, tgt[:, 1:], pad_id)
+
+
+def mlm_loss(model: nn.Module, batch: tuple[Tensor, ...]) -> Tensor:
+    """Masked-LM cross-entropy of an ``Encoder`` on ``(inputs, labels)`` or ``(inputs, labels, padding_mask)``
+    from ``mask_tokens``: labels hold the original id where a token was chosen, -100 elsewhere.
+
+    Only the chosen positions (15 %) are scored, so the MLM head (D -> V) runs on those vectors alone; the
+    loss equals ``F.cross_entropy(model(inputs).flatten(0, 1), labels.flatten())`` with -100 ignored.
+    Shapes: inputs (B, S), labels (B, S) -> scalar.
+    """
+    inputs, labels, padding = _unpack(batch)
+    check_tensor("labels", labels, ndim=2)
+    if labels.shape != inputs.shape:
+        raise ValueError(f"labels has shape {tuple(labels.shape)}; expected the shape of inputs {tuple(inputs.shape)}")
+    chosen = labels != -100  # (B, S)
+    if not chosen.any():
+        raise ValueError("labels choose no position (all -100); expected mask_tokens' labels for at least one token")
+    h = model.hidden_states(inputs, padding)  # (B, S, D)
+    logits = model.mlm_logits(h[chosen])  # (N_chosen, V): the head only where there is something to predict
+    return F.cross_entropy(logits.float(), labels[chosen])
+
+
+def classification_loss(model: nn.Module, batch: tuple[Tensor, ...]) -> Tensor:
+    """Cross-entropy of a classifier on ``(inputs, labels)`` or ``(inputs, labels, padding_mask)``.
+
+    ``model(inputs[, padding_mask])`` gives (B, K) logits with labels (B,) (a ``SequenceClassifier``, a
+    ``ViT``), or (B, S, K) logits with labels (B, S), -100 where a token is not scored (a ``TokenClassifier``).
+    Raises ``ValueError`` for labels outside [0, K) (naming the label), or of the wrong shape.
+    """
+    inputs, labels, padding = _unpack(batch)
+    logits = model(inputs) if padding is None else model(inputs, padding)  # (B, K) or (B, S, K)
+    k = logits.size(-1)
+    check_labels("labels", labels, k)
+    if labels.shape != logits.shape[:-1]:
+        raise ValueError(f"labels has shape {tuple(labels.shape)}; expected {tuple(logits.shape[:-1])}, one label "
+                         f"per row of the model's {tuple(logits.shape)} logits")
+    return F.cross_entropy(logits.reshape(-1, k).float(), labels.reshape(-1), ignore_index=-100)
+
+
+def _unpack(batch: tuple[Tensor, ...]) -> tuple[Tensor, Tensor, Tensor | None]:
+    if not isinstance(batch, (tuple, list)) or len(batch) not in (2, 3):
+        raise TypeError(f"batch must be (inputs, labels) or (inputs, labels, padding_mask), got {type(batch).__name__}"
+                        + (f" of length {len(batch)}" if isinstance(batch, (tuple, list)) else ""))
+    inputs, labels = batch[0], batch[1]
+    return inputs, labels, batch[2] if len(batch) == 3 else None
 
 
 def _cross_entropy(logits: Tensor, targets: Tensor, pad_id: int | None) -> Tensor:
