@@ -374,3 +374,23 @@ def test_lora_on_the_decode_layout_trains_and_merges_like_the_plain_layout() -> 
     assert_same_model(plain, laid_out, ids)  # q/k/v packed again: the in-place merge kept the layout
     with torch.no_grad():
         assert_close(laid_out(ids), unmerged[laid_out])
+
+
+def test_encoders_of_chapter_12_with_decode_layout_compute_the_same() -> None:
+    """ViT and the sequence classifier build their layers from the config: q/k/v fused, the same logits."""
+    from companion.models import SequenceClassifier, ViT
+
+    vit = ModelConfig.vit(image_size=8, patch_size=2, num_channels=1, d_model=D, n_heads=H, n_layers=2, d_ff=64,
+                          dropout=0.0)  # fmt: skip
+    bert = ModelConfig.bert_base(vocab_size=40, d_model=D, n_heads=H, n_layers=2, d_ff=64, max_seq_len=16,
+                                 dropout=0.0)  # fmt: skip
+    cases = [(lambda c: ViT(c, num_labels=3), vit, torch.randn(2, 1, 8, 8)),
+             (lambda c: SequenceClassifier(c, num_labels=3), bert, torch.randint(0, 40, (2, 9)))]  # fmt: skip
+    for build, config, inputs in cases:
+        plain = randomize(build(config))
+        laid_out = build(config.replace(decode_layout=True)).eval()
+        laid_out.load_state_dict(plain.state_dict())
+        with torch.no_grad():
+            assert_close(laid_out(inputs), plain(inputs))
+        attention = [m for m in laid_out.modules() if isinstance(m, MultiHeadAttention)]
+        assert attention and all(packed_weight(a.q_proj, a.k_proj, a.v_proj) is not None for a in attention)
