@@ -25,6 +25,7 @@ The package reads as the course's table of contents. Modules, one concept each, 
     masks         causal, padding and sliding-window masks (chapter 7)
     models        ModelConfig, GPT, Transformer, Encoder and its heads, ViT, Hugging Face formats (chapters 8, 11, 12)
     generation    sampling, the decoding loop, beam search, translation (chapter 9)
+    packing       weights laid out for fast decoding: (in, out), q/k/v in one matrix (chapter 9)
     scaling       parameter / FLOP / KV-cache counts, power-law fits (chapter 10)
     data          the course's data sets, your own text as training data, labelled markdown (chapters 11, 12)
     training      losses, schedule, the loop, checkpoints, the trainers, data parallelism

@@ -130,6 +130,7 @@ def test_old_keyword_names_are_refused() -> None:
         (dict(rope_scaling=1), TypeError, "rope_scaling must be a str or None"),
         (dict(tie_embeddings=1), TypeError, "tie_embeddings must be a bool"),
         (dict(fused_norm="yes"), TypeError, "fused_norm must be a bool"),
+        (dict(decode_layout=1), TypeError, "decode_layout must be a bool"),
         (dict(dropout=1.0), ValueError, "dropout=1.0"),
         (dict(norm_eps=float("nan")), ValueError, "norm_eps=nan"),
         (dict(rope_base=500000.0), ValueError, "rope_base=500000.0 is set but positions='learned'"),

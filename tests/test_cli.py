@@ -100,6 +100,8 @@ def test_train_then_sample(corpus: Path, tmp_path: Path, capsys: pytest.CaptureF
     config = load_run(out).model.config
     vocab = config.vocab_size
     assert config.use_sdpa and config.fused_norm  # training goes by the fast paths (tested equal to the explicit)
+    assert config.decode_layout  # and sampling by the decoding layout (tests/test_packing.py)
+    assert not read_run_checkpoint(out / CHECKPOINT)["model_config"]["decode_layout"]  # not for training
     # a uniform guess costs ln V per token; 30 steps must already do better on held-out text
     assert rows[-1]["val_loss"] < torch.log(torch.tensor(float(vocab))).item()
     assert read_run_checkpoint(out / CHECKPOINT)["step"] == 30

@@ -296,3 +296,19 @@ def test_generate_leaves_the_prompt_untouched_and_returns_int64() -> None:
     out = generate(model, prompt, 5, greedy=True)
     assert out.dtype == torch.int64 and out.shape == (1, 8)
     assert torch.equal(prompt, before) and torch.equal(out[:, :3], before.long())
+
+
+@pytest.mark.parametrize("stop_early", [False, True])
+def test_generate_runs_in_inference_mode_but_returns_an_ordinary_tensor(stop_early: bool) -> None:
+    """The loop runs under torch.inference_mode; what comes back (also when every row stops early) is an ordinary
+    tensor one may change in place, and the model trains afterwards as before."""
+    model = model_for(CACHE_CONFIGS["learned"])
+    prompt = torch.tensor([[3, 1, 4]])
+    eos = int(generate(model, prompt, 2, greedy=True)[0, -1]) if stop_early else None
+    out = generate(model, prompt, 6, greedy=True, eos_id=eos)
+    assert (out.shape[1] < 9) if stop_early else (out.shape[1] == 9)
+    assert not out.is_inference()
+    out[:, 0] = 0  # an in-place change outside inference mode: refused for inference tensors
+    model.train()
+    model(out).sum().backward()
+    assert all(p.grad is not None for p in model.parameters())

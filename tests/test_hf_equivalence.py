@@ -47,16 +47,20 @@ def llama_reference(n_kv_heads: int, tie: bool, seed: int = 0) -> tuple[nn.Modul
     return ref, ours
 
 
+FAST_PATHS = dict(use_sdpa=True, fused_norm=True, decode_layout=True)  # what companion-sample uses (tested equal)
+
+
 def ids(batch: int = 2, length: int = 11, seed: int = 1) -> torch.Tensor:
     return torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
 
 
+@pytest.mark.parametrize("fast", [False, True])
 @torch.no_grad()
-def test_gpt2_logits_match() -> None:
+def test_gpt2_logits_match(fast: bool) -> None:
     ref = gpt2_reference()
     ref.config._attn_implementation = "eager"
     config = ModelConfig.gpt2_small(vocab_size=VOCAB, d_model=48, n_heads=4, n_layers=2, d_ff=192, max_seq_len=32,
-                                    dropout=0.0)  # fmt: skip
+                                    dropout=0.0, **(FAST_PATHS if fast else {}))  # fmt: skip
     ours = load_gpt2_state_dict(ref.state_dict(), config).eval()
     x = ids()
     assert_close(ours(x), ref(x).logits, atol=1e-4, rtol=1e-4)
@@ -80,11 +84,12 @@ def test_gpt2_loader_rejects_a_mismatching_config() -> None:
         load_gpt2_state_dict(ref.state_dict(), wrong)
 
 
+@pytest.mark.parametrize("fast", [False, True])
 @torch.no_grad()
-def test_gpt2_greedy_generation_matches_hf_generate() -> None:
+def test_gpt2_greedy_generation_matches_hf_generate(fast: bool) -> None:
     ref = gpt2_reference(seed=5)
     config = ModelConfig.gpt2_small(vocab_size=VOCAB, d_model=48, n_heads=4, n_layers=2, d_ff=192, max_seq_len=32,
-                                    dropout=0.0)  # fmt: skip
+                                    dropout=0.0, **(FAST_PATHS if fast else {}))  # fmt: skip
     ours = load_gpt2_state_dict(ref.state_dict(), config)
     prompt = ids(1, 4, seed=2)
     theirs = ref.generate(
@@ -93,10 +98,12 @@ def test_gpt2_greedy_generation_matches_hf_generate() -> None:
     assert torch.equal(generate(ours, prompt, 10, greedy=True), theirs)
 
 
+@pytest.mark.parametrize("fast", [False, True])
 @pytest.mark.parametrize(("n_kv_heads", "tie"), [(4, False), (2, False), (1, True)])
 @torch.no_grad()
-def test_llama_logits_match(n_kv_heads: int, tie: bool) -> None:
+def test_llama_logits_match(n_kv_heads: int, tie: bool, fast: bool) -> None:
     ref, config = llama_reference(n_kv_heads, tie)
+    config = config.replace(**(FAST_PATHS if fast else {}))
     ours = load_llama_state_dict(ref.state_dict(), config).eval()
     x = ids()
     assert_close(ours(x), ref(x).logits, atol=1e-4, rtol=1e-4)

@@ -17,7 +17,7 @@ PACKAGES = (
     "companion.attention", "companion.data", "companion.generation", "companion.models", "companion.positions",
     "companion.scratch", "companion.tokens", "companion.training",
 )  # fmt: skip
-MODULES = ("embeddings", "layers", "masks", "scaling")
+MODULES = ("embeddings", "layers", "masks", "packing", "scaling")
 
 
 def public_modules() -> list[str]:

@@ -5,12 +5,14 @@ from Ainslie et al., *GQA* (2023); multi-query attention from Shazeer, *Fast Tra
 The pure functions ``split_heads``, ``merge_heads`` and ``repeat_kv`` do the reshaping; the module is thin.
 
 Checked against (``tests/test_attention.py``): ``torch.nn.MultiheadAttention`` with copied weights and
-``torch.nn.functional.scaled_dot_product_attention`` (the ``use_sdpa`` fast path). The GQA head layout
+``torch.nn.functional.scaled_dot_product_attention`` (the ``use_sdpa`` fast path); the ``fused_qkv`` fast path
+against the three separate projections (``tests/test_packing.py``). The GQA head layout
 (query head ``h`` uses key/value head ``h // (H / H_kv)``) follows Hugging Face ``modeling_llama.repeat_kv``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -29,6 +31,7 @@ from companion.attention.kv_cache import KVCache
 from companion.attention.sdpa import _check_causal, _check_mask, scaled_dot_product_attention
 from companion.layers import RMSNorm
 from companion.masks import causal_mask, combine_masks
+from companion.packing import pack_linears, packed_linear
 
 if TYPE_CHECKING:
     from companion.positions import RotaryEmbedding
@@ -102,6 +105,9 @@ class MultiHeadAttention(nn.Module):
         rope: a :class:`companion.positions.RotaryEmbedding` applied to queries and keys in self-attention.
         use_sdpa: compute attention with ``torch.nn.functional.scaled_dot_product_attention`` (fast path;
             falls back to the explicit path when weights are requested). Fully masked rows follow PyTorch.
+        fused_qkv: keep ``q_proj``/``k_proj``/``v_proj``'s weights side by side in one matrix and compute the
+            three in one matrix product when no gradient is needed (fast path for decoding; same parameters
+            and ``state_dict``; see :mod:`companion.packing`).
         head_dim: D_h when it is not D / H (Qwen3: 128 with D = 1024, H = 16); the projections then map
             D -> H·D_h and back.
         qk_norm: an RMSNorm over each head's queries and keys (one gain vector of D_h, shared by the heads),
@@ -118,6 +124,7 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         rope: RotaryEmbedding | None = None,
         use_sdpa: bool = False,
+        fused_qkv: bool = False,
         head_dim: int | None = None,
         qk_norm: bool = False,
         qk_norm_eps: float = 1e-6,
@@ -136,15 +143,31 @@ class MultiHeadAttention(nn.Module):
         check_bool("bias", bias)
         check_dropout("dropout", dropout)
         check_bool("use_sdpa", use_sdpa)
+        check_bool("fused_qkv", fused_qkv)
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.head_dim = d_model // n_heads if head_dim is None else head_dim
-        self.dropout, self.rope, self.use_sdpa = dropout, rope, use_sdpa
+        self.dropout, self.rope, self.use_sdpa, self.fused_qkv = dropout, rope, use_sdpa, fused_qkv
         self.q_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(n_heads * self.head_dim, d_model, bias=bias)
         self.q_norm = RMSNorm(self.head_dim, qk_norm_eps) if qk_norm else None  # QK-norm (chapter 14)
         self.k_norm = RMSNorm(self.head_dim, qk_norm_eps) if qk_norm else None
+        if fused_qkv:
+            self._pack_qkv()
+
+    def _pack_qkv(self) -> None:
+        """With ``fused_qkv``: q/k/v's weights side by side in one matrix (while they are plain ``nn.Linear``
+        layers; LoRA adapters replace them until merged, and the products then run one by one)."""
+        if all(type(p) is nn.Linear for p in (self.q_proj, self.k_proj, self.v_proj)):
+            pack_linears(self.q_proj, self.k_proj, self.v_proj)
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> MultiHeadAttention:
+        """``.to()``, ``.half()``... convert each weight on its own: with ``fused_qkv``, pack q/k/v again."""
+        super()._apply(fn, recurse)
+        if self.fused_qkv:
+            self._pack_qkv()
+        return self
 
     def _check_inputs(self, x: Tensor, memory: Tensor | None, kv_cache: KVCache | None) -> None:
         check_tensor("x", x, ndim=3)
@@ -186,28 +209,34 @@ class MultiHeadAttention(nn.Module):
         self._check_inputs(x, memory, kv_cache)
         check_bool("is_causal", is_causal)
         b, t, _ = x.shape
-        q = split_heads(self.q_proj(x), self.n_heads)  # (B, H, T, D_h)
-        if self.q_norm is not None:  # QK-norm: each head's q (and below k) to unit RMS times a gain, before RoPE
-            q = self.q_norm(q)
         if memory is None:  # self-attention
-            k = split_heads(self.k_proj(x), self.n_kv_heads)  # (B, H_kv, T, D_h)
-            v = split_heads(self.v_proj(x), self.n_kv_heads)  # (B, H_kv, T, D_h)
-            if self.k_norm is not None:
-                k = self.k_norm(k)
+            if self.fused_qkv:  # one matrix product for the three when no gradient is needed (companion.packing)
+                q, k, v = packed_linear(x, self.q_proj, self.k_proj, self.v_proj)
+            else:
+                q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)  # (B, T, H·D_h), 2 × (B, T, H_kv·D_h)
+            q = split_heads(q, self.n_heads)  # (B, H, T, D_h)
+            k = split_heads(k, self.n_kv_heads)  # (B, H_kv, T, D_h)
+            v = split_heads(v, self.n_kv_heads)  # (B, H_kv, T, D_h)
+            if self.q_norm is not None:  # QK-norm: each head's q and k to unit RMS times a gain, before RoPE
+                q, k = self.q_norm(q), self.k_norm(k)
             if self.rope is not None:
                 offset = 0 if kv_cache is None else kv_cache.length
                 q, k = self.rope(q, offset), self.rope(k, offset)
             if kv_cache is not None:
                 k, v = kv_cache.update(k, v)  # (B, H_kv, S, D_h)
-        elif kv_cache is not None and kv_cache.length > 0:  # cross-attention, encoder K/V already cached
-            k, v = kv_cache.k, kv_cache.v  # (B, H_kv, S, D_h)
-        else:  # cross-attention: keys and values come from the encoder output
-            k = split_heads(self.k_proj(memory), self.n_kv_heads)  # (B, H_kv, S, D_h)
-            v = split_heads(self.v_proj(memory), self.n_kv_heads)  # (B, H_kv, S, D_h)
-            if self.k_norm is not None:
-                k = self.k_norm(k)
-            if kv_cache is not None:
-                kv_cache.update(k, v)
+        else:  # cross-attention: queries from x, keys and values from the encoder output
+            q = split_heads(self.q_proj(x), self.n_heads)  # (B, H, T, D_h)
+            if self.q_norm is not None:
+                q = self.q_norm(q)
+            if kv_cache is not None and kv_cache.length > 0:  # encoder K/V already cached
+                k, v = kv_cache.k, kv_cache.v  # (B, H_kv, S, D_h)
+            else:
+                k = split_heads(self.k_proj(memory), self.n_kv_heads)  # (B, H_kv, S, D_h)
+                v = split_heads(self.v_proj(memory), self.n_kv_heads)  # (B, H_kv, S, D_h)
+                if self.k_norm is not None:
+                    k = self.k_norm(k)
+                if kv_cache is not None:
+                    kv_cache.update(k, v)
         n_rep = self.n_heads // self.n_kv_heads
         dropout = self.dropout if self.training else 0.0
         s = k.shape[-2]

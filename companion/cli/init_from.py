@@ -56,7 +56,7 @@ def read_source(path: str | Path) -> Source:
         raise FileNotFoundError(f"--init-from {str(folder)!r} does not exist; expected a companion-train run folder "
                                 "or a Hugging Face model folder")
     if (folder / CHECKPOINT).is_file():
-        run = load_run(folder)
+        run = load_run(folder, decode_layout=False)  # the run's own config: the new run trains it
         state = {k: v.detach().clone() for k, v in run.model.state_dict().items()}
         return Source(folder, "run", run.model.config, state, run.tokenizer, run.checkpoint["args"]["seq_len"])
     if (folder / "config.json").is_file():

@@ -177,9 +177,12 @@ class Run:
     folder: Path  # the run folder it was read from
 
 
-def load_run(folder: str | Path, device: str | torch.device = "cpu", checkpoint: str = "latest") -> Run:
+def load_run(folder: str | Path, device: str | torch.device = "cpu", checkpoint: str = "latest", *,
+             decode_layout: bool = True) -> Run:
     """The model and tokenizer of the run in ``folder``: its last checkpoint (``"latest"``) or the one of its
-    lowest validation loss (``"best"``). The model carries the tokenizer (``model.tokenizer``).
+    lowest validation loss (``"best"``). The model carries the tokenizer (``model.tokenizer``). By default the
+    model is built with ``decode_layout`` (the same weights, laid out for fast decoding; :mod:`companion.packing`);
+    pass ``decode_layout=False`` for the checkpoint's own config (to train from it).
 
     Raises ``FileNotFoundError`` (no folder, no such checkpoint, tokenizer file missing) or ``ValueError``
     (``folder`` is a file, a corrupt checkpoint, or weights that do not fit its config).
@@ -202,7 +205,7 @@ def load_run(folder: str | Path, device: str | torch.device = "cpu", checkpoint:
     state = read_run_checkpoint(path)
     try:
         config = ModelConfig(**state["model_config"])
-        model = build_model(config, state.get("lora"))
+        model = build_model(config.replace(decode_layout=decode_layout), state.get("lora"))
         model.load_state_dict(state["model"])
     except (TypeError, RuntimeError, KeyError) as err:
         raise ValueError(f"checkpoint {str(path)!r} does not describe a valid model ({err})") from None

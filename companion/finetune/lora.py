@@ -25,6 +25,7 @@ linear layer, and a Hugging Face Llama adapted by peft vs our GPT with its weigh
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 
 import torch
@@ -147,7 +148,7 @@ def apply_lora(
 
 
 def merge_lora(model: nn.Module) -> nn.Module:
-    """Fold every ``LoRALinear`` into a plain ``nn.Linear`` with weight W + (alpha / r) B A, in place.
+    """Fold every ``LoRALinear`` into its base ``nn.Linear``: weight W + (alpha / r) B A, in place.
 
     The outputs are unchanged (up to float rounding); the model is again the architecture it was before
     ``apply_lora``, so it saves and loads as one. Returns ``model``.
@@ -157,8 +158,14 @@ def merge_lora(model: nn.Module) -> nn.Module:
     found = lora_modules(model)
     if not found:
         raise ValueError(f"model ({type(model).__name__}) has no LoRA layers to merge; apply_lora adds them")
+    uses = Counter(id(p) for _, p in model.named_parameters(remove_duplicate=False))
     for name, layer in found.items():
-        _replace(model, name, layer.merged())
+        if uses[id(layer.base.weight)] > 1:  # tied (a head sharing the token table): a new layer, the table unchanged
+            _replace(model, name, layer.merged())
+            continue
+        with torch.no_grad():  # W += ΔW in place: the base keeps its storage (decode_layout, companion.packing)
+            layer.base.weight += layer.delta_weight()
+        _replace(model, name, layer.base)
     return model
 
 

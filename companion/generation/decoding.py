@@ -156,7 +156,6 @@ def _make_generator(generator: torch.Generator | int | None, device: torch.devic
 # --- decoder-only generation ---------------------------------------------------------------------
 
 
-@torch.no_grad()
 def generate(
     model: Decodable,
     ids: Tensor,
@@ -178,6 +177,8 @@ def generate(
     Args:
         model: a :class:`Decodable` model (``companion.models.GPT``, or an adapter from
             :mod:`companion.generation.adapters`); in eval mode while generating, its own mode restored afterwards.
+            It runs under ``torch.inference_mode()``: a model that keeps a tensor it made while decoding keeps an
+            inference tensor (PyTorch refuses to save those for backward; ``.clone()`` one outside to train on it).
         ids: prompt token ids (int16, int32 or int64).
         max_new_tokens: how many tokens to append (prompt + new tokens must fit ``max_seq_len``).
         temperature: logits are divided by it before sampling (ignored when ``greedy``).
@@ -222,8 +223,11 @@ def generate(
     out[:, :t] = ids
     step_input = ids
     finished = torch.zeros(b, dtype=torch.bool, device=ids.device)  # (B,)
+    n = max_new_tokens  # tokens generated: fewer if every row finishes early
     # Everything was checked above, once; the loop does no read-back to the host except the eos test.
-    with eval_mode(model):
+    # Inference mode rather than no_grad: no autograd bookkeeping at all (version counters, views), a few percent
+    # faster per step. `out` and `finished` were made outside it: the tokens come back as an ordinary tensor.
+    with eval_mode(model), torch.inference_mode():
         caches = model.new_kv_caches() if use_cache else None
         for step in range(max_new_tokens):
             logits = model(step_input, kv_caches=caches) if use_cache else model(step_input)  # (B, T, V)
@@ -243,8 +247,9 @@ def generate(
             # with a cache only the new token goes in; without one the whole sequence so far
             step_input = out[:, t + step : t + step + 1] if use_cache else out[:, : t + step + 1]
             if eos_id is not None and bool(finished.all()):
-                return out[:, : t + step + 1]
-    return out
+                n = step + 1
+                break
+    return out if n == max_new_tokens else out[:, : t + n]  # sliced outside inference mode: an ordinary view
 
 
 @torch.no_grad()

@@ -186,7 +186,7 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.self_attn = _attention(config, rope, latent=config.kv_rank is not None)
         self.self_attn_block = _residual(config)
-        self.cross_attn = _attention(config, None) if cross_attention else None  # no RoPE across sequences
+        self.cross_attn = _attention(config, None, cross=True) if cross_attention else None  # no RoPE across sequences
         self.cross_attn_block = _residual(config) if cross_attention else None
         self.ffn = _ffn(config, experts=config.n_experts > 0 and index >= config.n_dense_layers)
         self.ffn_block = _residual(config)
@@ -223,7 +223,7 @@ class DecoderLayer(nn.Module):
 
 
 def _attention(
-    config: ModelConfig, rope: RotaryEmbedding | None, *, latent: bool = False
+    config: ModelConfig, rope: RotaryEmbedding | None, *, latent: bool = False, cross: bool = False
 ) -> MultiHeadAttention | MultiHeadLatentAttention:
     if latent:  # DeepSeek's multi-head latent attention (chapter 14)
         return MultiHeadLatentAttention(
@@ -233,8 +233,8 @@ def _attention(
         )  # fmt: skip
     return MultiHeadAttention(
         config.d_model, config.n_heads, config.n_kv_heads, bias=config.bias, dropout=config.dropout,
-        rope=rope, use_sdpa=config.use_sdpa, head_dim=config.d_head, qk_norm=config.qk_norm,
-        qk_norm_eps=config.norm_eps,
+        rope=rope, use_sdpa=config.use_sdpa, fused_qkv=config.decode_layout and not cross, head_dim=config.d_head,
+        qk_norm=config.qk_norm, qk_norm_eps=config.norm_eps,
     )  # fmt: skip
 
 

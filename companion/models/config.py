@@ -86,6 +86,7 @@ class ModelConfig:
     embed_scale: bool = False  # multiply token embeddings by sqrt(d_model) (2017, section 3.4)
     use_sdpa: bool = False  # attention through torch's fused scaled_dot_product_attention (same numbers, faster)
     fused_norm: bool = False  # norms through torch's one-kernel F.layer_norm / F.rms_norm (same numbers, faster)
+    decode_layout: bool = False  # weights stored (in, out), q/k/v in one matrix: faster decoding (same state_dict)
     # --- today's models (chapter 14) -------------------------------------------------------------
     d_head: int | None = None  # D_h when it is not d_model // n_heads (Qwen3: 128 with D=1024, H=16); None: D // H
     qk_norm: bool = False  # RMSNorm on each head's queries and keys before RoPE (Qwen3, OLMo 2, Gemma 3)
@@ -349,7 +350,7 @@ _FIELD_KINDS = {
     **dict.fromkeys(_OPTIONAL_INTS, "int?"),
     **dict.fromkeys(("norm_eps", "rope_base", "rope_factor", "dropout"), float),
     **dict.fromkeys(("final_norm", "embed_norm", "tie_embeddings", "bias", "embed_scale", "use_sdpa"), bool),
-    "fused_norm": bool,
+    **dict.fromkeys(("fused_norm", "decode_layout"), bool),
     **dict.fromkeys(("attention_sinks", "n_experts", "n_experts_per_token", "n_shared_experts", "n_dense_layers",
                      "router_groups", "router_group_limit"), int),
     **dict.fromkeys(("type_vocab_size", "patch_size", "num_channels"), int),

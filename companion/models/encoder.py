@@ -16,6 +16,7 @@ from companion.embeddings import tie_weights
 from companion.models.base import check_ids, final_norm
 from companion.models.blocks import Embeddings, EncoderLayer, attention_mask, config_norm, init_weights, make_rope
 from companion.models.config import ModelConfig
+from companion.packing import store_for_decoding
 
 __all__ = ["Encoder", "mask_tokens"]
 
@@ -49,6 +50,8 @@ class Encoder(nn.Module):
             if config.tie_embeddings:
                 tie_weights(self.lm_head, self.embed.token)
         init_weights(self, config.n_layers)
+        if config.decode_layout:  # the same weights, laid out for fast decoding (companion.packing)
+            store_for_decoding(self)
 
     def hidden_states(
         self, ids: Tensor, padding_mask: Tensor | None = None, token_type_ids: Tensor | None = None

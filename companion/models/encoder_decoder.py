@@ -29,6 +29,7 @@ from companion.models.blocks import (
     make_rope,
 )
 from companion.models.config import ModelConfig
+from companion.packing import store_for_decoding
 
 __all__ = ["Transformer", "span_corruption"]
 
@@ -53,6 +54,8 @@ class Transformer(nn.Module):
         self.decoder_norm = final_norm(config)
         self.lm_head = lm_head(config, self.embed)
         init_weights(self, config.n_encoder_layers + config.n_decoder_layers)
+        if config.decode_layout:  # the same weights, laid out for fast decoding (companion.packing)
+            store_for_decoding(self)
 
     def new_kv_caches(self) -> list[DecoderLayerCache]:
         """Empty caches for every decoder layer: self-attention K/V and projected encoder K/V."""

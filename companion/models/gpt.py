@@ -20,6 +20,7 @@ from companion.models.blocks import DecoderLayer, Embeddings, attention_mask, ca
 from companion.models.config import ModelConfig
 from companion.models.hf.common import load_into
 from companion.models.hf.folder import read_folder, write_folder
+from companion.packing import store_for_decoding
 
 __all__ = ["GPT"]
 
@@ -41,6 +42,8 @@ class GPT(nn.Module):
         self.norm = final_norm(config)
         self.lm_head = lm_head(config, self.embed)
         init_weights(self, config.n_layers)
+        if config.decode_layout:  # the same weights, laid out for fast decoding (companion.packing)
+            store_for_decoding(self)
 
     def new_kv_caches(self) -> list[KVCache]:
         """One empty cache per layer, to pass to ``forward`` step after step: a ``KVCache``, or for a model with a
