@@ -198,10 +198,11 @@ def test_sigint_saves_a_checkpoint_and_exits_130(corpus: Path, tmp_path: Path) -
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("accum", [[], ["--grad-accum", "2"]], ids=["one-batch", "grad-accum"])
-def test_two_processes_under_torchrun_log_the_losses_of_one(corpus: Path, tmp_path: Path, accum: list[str]) -> None:
+def test_two_processes_under_torchrun_log_the_losses_of_one(corpus: Path, tmp_path: Path) -> None:
     """DDP: each process takes half of the same global batch; the logged loss is their mean. With
-    ``--grad-accum 2`` each process runs its half as two micro-batches, averaging gradients only after the last."""
+    ``--grad-accum 2`` each process runs its half as two micro-batches, averaging gradients only after the last.
+    (One run, about 10 s: the plain DDP step is tested against one process in tests/test_training.py.)"""
+    accum = ["--grad-accum", "2"]
     import socket
 
     with socket.socket() as sock:

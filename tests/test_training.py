@@ -9,7 +9,6 @@ import re
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -236,22 +235,19 @@ def test_two_process_ddp_equals_one_process_on_the_global_batch(tmp_path):
 # --- chapter 8: the toy translation -----------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_translation_reaches_99_percent_on_unseen_sentences():
-    """The chapter-8 recipe: 600 steps (about 30 s on 2 cores) reach >= 99 % exact match on unseen sentences.
-
-    The budget is a step count, not a stop-watch: wall time on a shared machine is reported, not asserted.
+def test_translation_training_learns_the_toy_task():
+    """``train_translation``, shortened to 80 steps: the loss falls from its start (7.4, above ln V: the tied
+    output table, chapter 8) to well below ln V, the loss of a uniform guess. The full recipe's claim (600 steps,
+    >= 99 % exact match on unseen sentences) is asserted by chapter 8's cell under nbval, where it runs anyway;
+    repeating it here would double the suite's slowest test.
     """
     from companion.data import toy_translation
 
     data = toy_translation(seed=0)
-    start = time.perf_counter()
-    model, history = train_translation(data, progress=False)
-    seconds = time.perf_counter() - start
-    accuracy = translation_accuracy(model, data, "test")
-    print(f"toy zh→en: test exact match {accuracy:.4f} after {seconds:.1f} s of training")
-    assert accuracy >= 0.99
-    assert history[-1]["loss"] < history[0]["loss"]
+    model, history = train_translation(data, steps=80, progress=False)
+    vocab_size = model.config.vocab_size
+    assert history[0]["loss"] > math.log(vocab_size) > history[-1]["loss"] + 1.0
+    assert 0.0 <= translation_accuracy(model, data, "test") <= 1.0
 
 
 # --- argument checks (issue 13, item 7) ---------------------------------------------------------------------
