@@ -69,6 +69,17 @@ def check_finite(name: str, x: Tensor) -> None:
         raise ValueError(f"{name} contains NaN or infinite values; expected finite numbers")
 
 
+def check_input_dtype(name: str, x: Tensor, weight: Tensor) -> None:
+    """Raise ``TypeError`` unless ``x`` is floating point with the dtype of the layer's ``weight`` (a uint8 image,
+    float64 data into a float32 model). Under autocast the layers cast their inputs themselves: dtype not checked."""
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}; convert it first (e.g. "
+                        f"x.float(), or uint8 pixels / 255.0)")
+    if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
+        raise TypeError(f"{name} has dtype {x.dtype} but the layer's weights are {weight.dtype}; expected one dtype "
+                        f"(convert one of them, e.g. {name}.to({weight.dtype}))")
+
+
 def plural(n: int, noun: str) -> str:
     """``n`` and ``noun`` in the right number for a message: "1 token", "2 tokens", "1,024 tokens"."""
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"

@@ -431,3 +431,64 @@ def test_bad_dpo_inputs() -> None:
         dpo_loss([0.0], pr, rc, rr, 0.1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="float log-probabilities"):
         dpo_loss(pc.long(), pr, rc, rr, 0.1)
+
+
+# --- issue 28: merging a tied head, α with the adapters, dtypes ---------------------------------------------
+
+
+@pytest.mark.parametrize("family", ["gpt2_small", "llama"])
+def test_merging_a_tied_head_unties_it_everywhere(family: str, tmp_path) -> None:
+    """An adapted head tied to the token table: after merging, the config says untied, and the state dict into a
+    fresh GPT and save_pretrained -> from_pretrained both give the merged logits (the table is left as it was)."""
+    torch.manual_seed(0)
+    config = getattr(ModelConfig, family)(vocab_size=260, d_model=32, n_heads=4, n_layers=2, d_ff=64,
+                                          max_seq_len=64, dropout=0.0, tie_embeddings=True)  # fmt: skip
+    model = GPT(config).eval()
+    table = model.embed.token.weight.detach().clone()
+    apply_lora(model, r=2, alpha=4, targets=["lm_head", "q_proj"])
+    _with_random_adapters(model, 5)
+    x = torch.randint(260, (2, 7), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        adapted = model(x)
+        merge_lora(model)
+        merged = model(x)
+    assert_close(merged, adapted, rtol=1e-5, atol=1e-5)
+    assert model.config.tie_embeddings is False and torch.equal(model.embed.token.weight, table)
+    fresh = GPT(model.config).eval()
+    fresh.load_state_dict(model.state_dict())
+    model.save_pretrained(tmp_path / "merged")
+    with torch.no_grad():
+        assert_close(fresh(x), merged)
+        assert_close(GPT.from_pretrained(tmp_path / "merged")(x), merged, rtol=1e-5, atol=1e-5)
+
+
+def test_a_tied_layer_without_a_config_is_refused_before_merging() -> None:
+    holder = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    holder[1].weight = holder[0].weight
+    apply_lora(holder, r=1, alpha=1, targets=["0", "1"])
+    with pytest.raises(ValueError, match="0 shares its weight with another layer .* no config"):
+        merge_lora(holder)
+    assert len(lora_modules(holder)) == 2  # nothing merged
+
+
+def test_alpha_is_saved_with_the_adapters() -> None:
+    """A state dict of adapters trained with α = 16 brings α back into a model adapted with α = 2."""
+    trained = apply_lora(tiny_gpt(), r=2, alpha=16)
+    _with_random_adapters(trained, 7)
+    other = apply_lora(tiny_gpt(), r=2, alpha=2)
+    other.load_state_dict(trained.state_dict())
+    layer = other.layers[0].self_attn.q_proj
+    assert layer.alpha == 16 and layer.scaling == 8
+    x = torch.randint(260, (1, 5), generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        assert_close(other(x), trained(x))
+        assert_close(merge_lora(other)(x), merge_lora(trained)(x))
+
+
+def test_lora_linear_names_a_dtype_mismatch() -> None:
+    layer = LoRALinear(nn.Linear(4, 3), r=2, alpha=2)
+    with pytest.raises(TypeError, match="x has dtype torch.float64 but the layer's weights are torch.float32"):
+        layer(torch.randn(2, 4, dtype=torch.float64))
+    with pytest.raises(TypeError, match="x must be a floating-point tensor, got dtype torch.int64"):
+        layer(torch.ones(2, 4, dtype=torch.long))
+    assert layer.to(torch.float64)(torch.randn(2, 4, dtype=torch.float64)).dtype == torch.float64
