@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from companion._checks import check_positive_int, check_token_id
+from companion._checks import check_labels, check_positive_int, check_token_id
 from companion.finetune.logprobs import IGNORE_INDEX, check_labelled_batch
 
 __all__ = ["ROLES", "ROLE_TOKENS", "END", "CHAT_TOKENS", "add_chat_tokens", "chat_template", "encode_chat",
@@ -159,9 +159,13 @@ def sft_batch(
 def sft_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
     """Mean cross-entropy over the scored positions of an ``sft_batch`` (every response token weighs the same).
 
+    Raises ``ValueError`` for a batch that scores no position, or labels outside ``[0, V)`` other than
+    ``IGNORE_INDEX``; ``TypeError`` for labels that are not integers.
     Shapes: batch (inputs (B, T), labels (B, T)) -> scalar.
     """
     inputs, labels = check_labelled_batch(batch)
     logits = model(inputs)  # (B, T, V)
+    check_labels("labels", labels, logits.size(-1), ignore_index=IGNORE_INDEX, bound="vocab_size",
+                 require_scored=True)  # fmt: skip
     # float32 for the log-softmax even when the model runs in half precision
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX)
