@@ -74,7 +74,7 @@ def check_input_dtype(name: str, x: Tensor, weight: Tensor) -> None:
     float64 data into a float32 model). Under autocast the layers cast their inputs themselves: dtype not checked."""
     if not x.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}; convert it first (e.g. "
-                        f"x.float(), or uint8 pixels / 255.0)")
+                        f"{name}.float(), or uint8 pixels / 255.0)")
     if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
         raise TypeError(f"{name} has dtype {x.dtype} but the layer's weights are {weight.dtype}; expected one dtype "
                         f"(convert one of them, e.g. {name}.to({weight.dtype}))")

@@ -103,6 +103,8 @@ def route(
     n, e = logits.shape
     check_routing(e, k, n_groups, group_limit)
     check_choice("scoring", scoring, SCORINGS)
+    check_bool("normalize", normalize)
+    check_positive_float("scale", scale)
     if bias is not None:
         _check_bias(bias, e)
     logits = logits.float()
@@ -176,6 +178,10 @@ def moe_per_token(x: Tensor, weights: Tensor, experts: Tensor, ffns: nn.ModuleLi
 
     Shapes: x (N, D), weights (N, k), experts (N, k) -> (N, D)
     """
+    _check_dispatch(x, weights, experts, ffns)
+    if int(experts.min()) < 0 or int(experts.max()) >= len(ffns):
+        raise ValueError(f"experts holds ids {int(experts.min())}..{int(experts.max())}; expected 0 <= id < "
+                         f"{len(ffns)}, one per FFN of ffns")
     rows = []
     for t in range(x.shape[0]):
         y = torch.zeros_like(x[t], dtype=torch.float32)  # (D,)
@@ -191,8 +197,10 @@ def moe_per_expert(x: Tensor, weights: Tensor, experts: Tensor, ffns: nn.ModuleL
     as one batch, weights them and adds them back into their rows (one ``index_add_``). The only loop is
     over the E experts; the token dimension is never looped over.
 
+    Ids outside ``[0, E)`` are not looked for (this runs at every step: no read-back to the host).
     Shapes: x (N, D), weights (N, k), experts (N, k) -> (N, D)
     """
+    _check_dispatch(x, weights, experts, ffns)
     out = torch.zeros_like(x)  # (N, D)
     for e, ffn in enumerate(ffns):
         token, slot = torch.where(experts == e)  # (n_e,) the tokens that chose e, and in which of their k slots
@@ -201,6 +209,18 @@ def moe_per_expert(x: Tensor, weights: Tensor, experts: Tensor, ffns: nn.ModuleL
         y = ffn(x[token]) * weights[token, slot, None]  # (n_e, D): one batch for this expert
         out.index_add_(0, token, y.to(out.dtype))
     return out
+
+
+def _check_dispatch(x: Tensor, weights: Tensor, experts: Tensor, ffns: nn.ModuleList) -> None:
+    """Shapes and types only (host-side): x (N, D), weights and integer experts (N, k), a list of FFNs."""
+    check_tensor("x", x, ndim=2)
+    check_tensor("weights", weights, ndim=2)
+    check_tensor("experts", experts, ndim=2)
+    if weights.shape != experts.shape or experts.size(0) != x.size(0) or experts.dtype not in ID_DTYPES:
+        raise ValueError(f"x {tuple(x.shape)}, weights {tuple(weights.shape)} and experts {tuple(experts.shape)} "
+                         f"({experts.dtype}) do not fit; expected (N, D), (N, k) and integer (N, k)")
+    if not isinstance(ffns, nn.ModuleList):
+        raise TypeError(f"ffns must be an nn.ModuleList of expert FFNs, got {type(ffns).__name__}")
 
 
 class MoE(nn.Module):

@@ -123,6 +123,8 @@ def _matches(name: str, target: str) -> bool:
 
 def lora_modules(model: nn.Module) -> dict[str, LoRALinear]:
     """The ``LoRALinear`` layers of ``model`` by name."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     return {name: m for name, m in model.named_modules() if isinstance(m, LoRALinear)}
 
 
@@ -144,7 +146,8 @@ def apply_lora(
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     check_positive_int("r", r)
     check_positive_float("alpha", alpha)
-    if isinstance(targets, str) or not isinstance(targets, Sequence) or not targets:
+    if isinstance(targets, str) or not isinstance(targets, Sequence) or not targets or \
+            not all(isinstance(t, str) for t in targets):  # fmt: skip
         raise TypeError(f"targets must be a non-empty list of module names such as ['q_proj', 'v_proj'], "
                         f"got {targets!r}")
     if lora_modules(model):
