@@ -69,6 +69,17 @@ def check_finite(name: str, x: Tensor) -> None:
         raise ValueError(f"{name} contains NaN or infinite values; expected finite numbers")
 
 
+def check_input_dtype(name: str, x: Tensor, weight: Tensor) -> None:
+    """Raise ``TypeError`` unless ``x`` is floating point with the dtype of the layer's ``weight`` (a uint8 image,
+    float64 data into a float32 model). Under autocast the layers cast their inputs themselves: dtype not checked."""
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}; convert it first (e.g. "
+                        f"{name}.float(), or uint8 pixels / 255.0)")
+    if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
+        raise TypeError(f"{name} has dtype {x.dtype} but the layer's weights are {weight.dtype}; expected one dtype "
+                        f"(convert one of them, e.g. {name}.to({weight.dtype}))")
+
+
 def plural(n: int, noun: str) -> str:
     """``n`` and ``noun`` in the right number for a message: "1 token", "2 tokens", "1,024 tokens"."""
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
@@ -200,13 +211,22 @@ def check_num_labels(name: str, value: Any) -> None:
         raise ValueError(f"{name}={value} is invalid; expected at least 2 classes (one label leaves nothing to decide)")
 
 
-def check_labels(name: str, labels: Any, num_labels: int, *, ignore_index: int | None = -100) -> None:
-    """Class labels: an integer tensor whose entries are in ``[0, num_labels)`` or equal ``ignore_index``."""
+def check_labels(
+    name: str, labels: Any, num_labels: int, *, ignore_index: int | None = -100, bound: str = "num_labels",
+    require_scored: bool = False,
+) -> None:
+    """Class labels (or target token ids): an integer tensor whose entries are in ``[0, num_labels)`` or equal
+    ``ignore_index``; with ``require_scored``, at least one that is not ``ignore_index`` (a loss that scores
+    nothing is NaN). ``bound`` names ``num_labels`` in the message ("vocab_size" for tokens)."""
     check_tensor(name, labels)
     if labels.dtype not in ID_DTYPES:
-        raise TypeError(f"{name} must hold integer class labels (int16, int32 or int64), got dtype {labels.dtype}")
+        raise TypeError(f"{name} must hold integer class labels or token ids (int16, int32 or int64), got dtype "
+                        f"{labels.dtype}")
     scored = labels if ignore_index is None else labels[labels != ignore_index]
     if scored.numel() and (int(scored.min()) < 0 or int(scored.max()) >= num_labels):
         bad = int(scored.min()) if int(scored.min()) < 0 else int(scored.max())
         skip = "" if ignore_index is None else f" (or {ignore_index} to leave a position out)"
-        raise ValueError(f"label {bad} in {name} is out of range; expected 0 <= label < num_labels={num_labels}{skip}")
+        raise ValueError(f"label {bad} in {name} is out of range; expected 0 <= label < {bound}={num_labels}{skip}")
+    if require_scored and not scored.numel():
+        raise ValueError(f"{name} scores no position (every label is {ignore_index}); expected at least one label "
+                         f"in [0, {bound}={num_labels})")

@@ -33,7 +33,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from companion._checks import check_bool, check_choice, check_positive_float, check_positive_int, check_tensor
+from companion._checks import (
+    ID_DTYPES,
+    check_bool,
+    check_choice,
+    check_input_dtype,
+    check_positive_float,
+    check_positive_int,
+    check_tensor,
+)
 from companion.layers import make_ffn
 
 __all__ = ["SCORINGS", "MoE", "check_routing", "load_balancing_loss", "moe_per_expert", "moe_per_token", "route"]
@@ -85,15 +93,20 @@ def route(
     Computed in float32 (the router's softmax decides which expert runs; half precision can flip it).
 
     Shapes:
-        logits: (N, E) -> weights (N, k) float32, experts (N, k) int64, scores (N, E) float32
+        logits: (N, E), bias (E,) -> weights (N, k) float32, experts (N, k) int64, scores (N, E) float32
 
     Raises:
-        ValueError: k, groups or group limit that cannot work (:func:`check_routing`), an unknown scoring.
+        ValueError: k, groups or group limit that cannot work (:func:`check_routing`), an unknown scoring, a
+            bias of another length than E, or (in CPU memory) one holding NaN or infinity.
     """
     check_tensor("logits", logits, ndim=2)
     n, e = logits.shape
     check_routing(e, k, n_groups, group_limit)
     check_choice("scoring", scoring, SCORINGS)
+    check_bool("normalize", normalize)
+    check_positive_float("scale", scale)
+    if bias is not None:
+        _check_bias(bias, e)
     logits = logits.float()
     scores = logits.softmax(dim=-1) if scoring == "softmax" else logits.sigmoid()  # (N, E)
     choice = scores if bias is None else scores + bias.float()  # (N, E): what the top-k looks at
@@ -111,6 +124,18 @@ def route(
     return weights * scale, experts, scores
 
 
+def _check_bias(bias: Tensor, n_experts: int) -> None:
+    """A balancing bias: one finite float per expert. The NaN scan runs in CPU memory only (on an accelerator it
+    would cost a device sync per layer and step; :meth:`MoE.update_score_bias` cannot make one)."""
+    check_tensor("bias", bias, ndim=1)
+    if bias.shape != (n_experts,) or not bias.is_floating_point():
+        raise ValueError(f"bias has shape {tuple(bias.shape)} and dtype {bias.dtype}; expected one float per expert, "
+                         f"shape ({n_experts},)")
+    if bias.device.type == "cpu" and not torch.isfinite(bias).all():
+        raise ValueError("bias holds NaN or infinite values; expected finite numbers (a NaN bias sends every token "
+                         "to the same experts)")
+
+
 def load_balancing_loss(probs: Tensor, experts: Tensor, n_experts: int) -> Tensor:
     """Switch Transformer's auxiliary loss (Fedus et al. 2022, eq. 4), for k experts per token.
 
@@ -120,9 +145,26 @@ def load_balancing_loss(probs: Tensor, experts: Tensor, n_experts: int) -> Tenso
 
     Shapes:
         probs: (N, E) router probabilities (rows sum to 1); experts: (N, k) chosen experts -> scalar
+
+    Raises ``ValueError`` for ``n_experts`` other than E, ids outside [0, E), or a different number of rows.
     """
     check_tensor("probs", probs, ndim=2)
     check_tensor("experts", experts, ndim=2)
+    check_positive_int("n_experts", n_experts)
+    if probs.size(1) != n_experts:
+        raise ValueError(f"n_experts={n_experts} but probs has {probs.size(1)} columns, one per expert; expected "
+                         f"n_experts={probs.size(1)}")
+    if experts.dtype not in ID_DTYPES or experts.size(0) != probs.size(0):
+        raise ValueError(f"experts has shape {tuple(experts.shape)} and dtype {experts.dtype}; expected integer "
+                         f"expert ids, one row per row of probs ({probs.size(0)})")
+    low, high = int(experts.min()), int(experts.max())
+    if low < 0 or high >= n_experts:
+        raise ValueError(f"experts holds id {low if low < 0 else high}; expected 0 <= id < n_experts={n_experts}")
+    return _balance(probs, experts, n_experts)
+
+
+def _balance(probs: Tensor, experts: Tensor, n_experts: int) -> Tensor:
+    """The loss itself, on checked arguments (the layer's own forward: no read-back of the ids to the host)."""
     counts = torch.bincount(experts.flatten(), minlength=n_experts)[:n_experts]  # (E,) routed slots per expert
     f = counts.to(probs.dtype) / experts.numel()  # (E,) sums to 1
     p = probs.mean(dim=0)  # (E,)
@@ -136,6 +178,10 @@ def moe_per_token(x: Tensor, weights: Tensor, experts: Tensor, ffns: nn.ModuleLi
 
     Shapes: x (N, D), weights (N, k), experts (N, k) -> (N, D)
     """
+    _check_dispatch(x, weights, experts, ffns)
+    if int(experts.min()) < 0 or int(experts.max()) >= len(ffns):
+        raise ValueError(f"experts holds ids {int(experts.min())}..{int(experts.max())}; expected 0 <= id < "
+                         f"{len(ffns)}, one per FFN of ffns")
     rows = []
     for t in range(x.shape[0]):
         y = torch.zeros_like(x[t], dtype=torch.float32)  # (D,)
@@ -151,8 +197,10 @@ def moe_per_expert(x: Tensor, weights: Tensor, experts: Tensor, ffns: nn.ModuleL
     as one batch, weights them and adds them back into their rows (one ``index_add_``). The only loop is
     over the E experts; the token dimension is never looped over.
 
+    Ids outside ``[0, E)`` are not looked for (this runs at every step: no read-back to the host).
     Shapes: x (N, D), weights (N, k), experts (N, k) -> (N, D)
     """
+    _check_dispatch(x, weights, experts, ffns)
     out = torch.zeros_like(x)  # (N, D)
     for e, ffn in enumerate(ffns):
         token, slot = torch.where(experts == e)  # (n_e,) the tokens that chose e, and in which of their k slots
@@ -161,6 +209,18 @@ def moe_per_expert(x: Tensor, weights: Tensor, experts: Tensor, ffns: nn.ModuleL
         y = ffn(x[token]) * weights[token, slot, None]  # (n_e, D): one batch for this expert
         out.index_add_(0, token, y.to(out.dtype))
     return out
+
+
+def _check_dispatch(x: Tensor, weights: Tensor, experts: Tensor, ffns: nn.ModuleList) -> None:
+    """Shapes and types only (host-side): x (N, D), weights and integer experts (N, k), a list of FFNs."""
+    check_tensor("x", x, ndim=2)
+    check_tensor("weights", weights, ndim=2)
+    check_tensor("experts", experts, ndim=2)
+    if weights.shape != experts.shape or experts.size(0) != x.size(0) or experts.dtype not in ID_DTYPES:
+        raise ValueError(f"x {tuple(x.shape)}, weights {tuple(weights.shape)} and experts {tuple(experts.shape)} "
+                         f"({experts.dtype}) do not fit; expected (N, D), (N, k) and integer (N, k)")
+    if not isinstance(ffns, nn.ModuleList):
+        raise TypeError(f"ffns must be an nn.ModuleList of expert FFNs, got {type(ffns).__name__}")
 
 
 class MoE(nn.Module):
@@ -227,15 +287,17 @@ class MoE(nn.Module):
         check_tensor("x", x)
         if x.shape[-1] != self.d_model:
             raise ValueError(f"x has last dimension {x.shape[-1]}, expected d_model={self.d_model}")
+        check_input_dtype("x", x, self.router.weight)
         flat = x.reshape(-1, self.d_model)  # (N, D), N = B·T tokens
-        logits = flat.float() @ self.router.weight.float().t()  # (N, E), float32
+        # the router is called (not its weight read), so a LoRA adapter on it acts; route() runs in float32
+        logits = self.router(flat).float()  # (N, E)
         weights, experts, scores = route(
             logits, self.k, scoring=self.scoring, normalize=self.normalize, scale=self.scale,
             bias=self.score_bias, n_groups=self.n_groups, group_limit=self.group_limit,
         )  # fmt: skip
         out = moe_per_expert(flat, weights, experts, self.experts)  # (N, D)
         probs = scores if self.scoring == "softmax" else scores / scores.sum(dim=-1, keepdim=True)  # (N, E)
-        self.aux_loss = load_balancing_loss(probs, experts, self.n_experts)
+        self.aux_loss = _balance(probs, experts, self.n_experts)
         self.expert_load = torch.bincount(experts.flatten(), minlength=self.n_experts).float() / experts.numel()
         out = out.view_as(x)  # (..., D)
         if self.shared_experts is not None:

@@ -95,6 +95,11 @@ def count_parameters(config: Any, family: str = "gpt", *, embeddings: bool = Tru
     check_choice("family", family, FAMILIES)
     if not isinstance(active, bool):
         raise TypeError(f"active must be a bool, got {active!r} ({type(active).__name__})")
+    if family != "gpt":  # as the models refuse them: experts and MLA are the decoder-only GPT's (chapter 14)
+        for name, off in (("n_experts", 0), ("kv_rank", None)):
+            if getattr(config, name, off) != off:
+                raise ValueError(f"{name}={getattr(config, name)!r} is set but family={family!r} has no mixture of "
+                                 f"experts or MLA; expected {name}={off!r}, or family='gpt'")
     d, v = config.d_model, config.vocab_size
     norm = _norm_params(config)
     table = v * d + (config.max_seq_len * d if config.positions == "learned" else 0)  # token (+ position) rows

@@ -7,23 +7,75 @@ Grouped by module; the shared rules themselves (companion._checks) are tested fi
 from __future__ import annotations
 
 import math
+import random
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.testing import assert_close
 
 import companion
 from companion import _checks
-from companion.attention import KVCache, MultiHeadAttention, scaled_dot_product_attention, softmax, split_heads
+from companion.attention import (
+    KVCache,
+    MultiHeadAttention,
+    MultiHeadLatentAttention,
+    RollingKVCache,
+    scaled_dot_product_attention,
+    softmax,
+    split_heads,
+)
+from companion.data import (
+    book_snapshot,
+    first_sentence,
+    glossary_instructions,
+    glossary_terms,
+    paragraphs,
+    self_check_instructions,
+    self_check_questions,
+    split_by_key,
+    swap_adjacent_words,
+    tag_segments,
+    translation_instructions,
+)
 from companion.embeddings import TokenEmbedding
-from companion.generation import beam_search, generate, translate
+from companion.finetune import (
+    LoRALinear,
+    add_chat_tokens,
+    apply_lora,
+    chat_template,
+    dpo_loss,
+    encode_prompt,
+    implicit_rewards,
+    lora_modules,
+    mean_token_kl,
+    merge_lora,
+    sequence_logprobs,
+    sft_batch,
+    sft_loss,
+    token_logprobs,
+)
+from companion.generation import Utf8Mask, beam_search, generate, translate
 from companion.layers import FeedForward, LayerNorm, ResidualBlock, RMSNorm
 from companion.masks import padding_mask
-from companion.models import GPT, Encoder, ModelConfig, Transformer
+from companion.models import (
+    GPT,
+    Encoder,
+    ModelConfig,
+    SequenceClassifier,
+    TokenClassifier,
+    Transformer,
+    ViT,
+    mask_tokens,
+    pool,
+    span_corruption,
+)
+from companion.moe import MoE, load_balancing_loss, moe_per_expert, moe_per_token, route
 from companion.positions import RotaryEmbedding, apply_rope, inverse_frequencies, rope_frequencies, sinusoidal_encoding
-from companion.scaling import fit_power_law, kv_cache_bytes
+from companion.scaling import count_parameters, fit_power_law, kv_cache_bytes
+from companion.training import classification_loss, mlm_loss
 
 TINY = dict(vocab_size=40, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_seq_len=32, dropout=0.0)
 
@@ -380,3 +432,148 @@ def test_seed_everything_checks_the_range_before_seeding(seed: int) -> None:
 def test_seed_everything_accepts_numpy_s_full_range() -> None:
     companion.seed_everything(2**32 - 1)
     assert math.isfinite(float(torch.rand(1)))
+
+
+# --- issue 28: the last round's additions (LoRA, SFT/DPO, MoE, MLA, rolling caches, classifiers, data) ----------
+
+SMALL = ModelConfig(vocab_size=40, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_seq_len=16)
+VIT = dict(image_size=8, patch_size=4, d_model=16, n_heads=2, n_layers=1, d_ff=32)
+
+
+def _mla() -> MultiHeadLatentAttention:
+    return MultiHeadLatentAttention(16, 2, 8, rope_head_dim=4, nope_head_dim=4, v_head_dim=4)
+
+
+def _sigmoid_moe_with_nan_bias() -> torch.Tensor:
+    moe = MoE(8, 16, 4, scoring="sigmoid")
+    moe.score_bias.fill_(float("nan"))
+    return moe(torch.zeros(1, 2, 8))
+
+
+def _one_expert() -> nn.ModuleList:
+    return nn.ModuleList([nn.Linear(4, 4)])
+
+
+def _chat() -> list[dict[str, str]]:
+    return [{"role": "user", "content": "x"}]
+
+
+LAST_ROUND = [
+    # LoRA
+    (lambda: LoRALinear(nn.Linear(4, 4), r=0, alpha=1), ValueError, "r=0"),
+    (lambda: LoRALinear(nn.Linear(4, 4), r=1, alpha=1, dropout=1.0), ValueError, "dropout=1.0"),
+    (lambda: LoRALinear(nn.Linear(4, 4), r=1, alpha=1)(torch.zeros(2, 4, dtype=torch.float16)), TypeError,
+     "x has dtype torch.float16 but the layer's weights are torch.float32"),
+    (lambda: apply_lora("model", 2, 4), TypeError, "model must be a torch.nn.Module, got str"),
+    (lambda: apply_lora(GPT(SMALL), 2, 4, targets=[1]), TypeError, "targets must be a non-empty list of module names"),
+    (lambda: apply_lora(GPT(SMALL), 2, 4, dropout=2.0), ValueError, "dropout=2.0"),
+    (lambda: merge_lora("model"), TypeError, "model must be a torch.nn.Module, got str"),
+    (lambda: lora_modules(3), TypeError, "model must be a torch.nn.Module, got int"),
+    # SFT and DPO
+    (lambda: chat_template(_chat(), add_generation_prompt="yes"), TypeError, "add_generation_prompt must be a bool"),
+    (lambda: chat_template([{"role": "bot", "content": "x"}]), ValueError, r"messages\[0\]\['role'\]='bot'"),
+    (lambda: encode_prompt(_chat(), object()), TypeError, "tokenizer must be a companion BPETokenizer"),
+    (lambda: add_chat_tokens("tokenizer"), TypeError, "tokenizer must be a companion BPETokenizer"),
+    (lambda: sft_batch([([1, -5], [False, True])], 0), ValueError, r"examples\[0\] holds the id -5"),
+    (lambda: sft_batch([(["a", "b"], [False, True])], 0), ValueError, r"examples\[0\] holds the id 'a'"),
+    (lambda: sft_loss(GPT(SMALL), (torch.ones(1, 3, dtype=torch.long), torch.full((1, 3), -100))), ValueError,
+     "labels scores no position"),
+    (lambda: sequence_logprobs(GPT(SMALL), (torch.ones(1, 3, dtype=torch.long), torch.full((1, 3), 45))),
+     ValueError, "label 45 in labels is out of range; expected 0 <= label < vocab_size=40"),
+    (lambda: token_logprobs(torch.zeros(1, 3, 5), torch.tensor([[0, -1, 2]])), ValueError, "label -1 in labels"),
+    (lambda: mean_token_kl(torch.zeros(1, 2, 5), torch.zeros(1, 2, 5), torch.zeros(1, 2)), TypeError,
+     "labels must hold integer"),
+    (lambda: dpo_loss(*[torch.zeros(2)] * 4, beta="0.1"), TypeError, "beta must be a number"),
+    (lambda: implicit_rewards(torch.zeros(2), torch.zeros(3), 0.1), ValueError, "ref_logps has shape"),
+    # MoE
+    (lambda: route(torch.zeros(3, 4), 2, bias=torch.zeros(3)), ValueError, r"bias has shape \(3,\).*shape \(4,\)"),
+    (lambda: route(torch.zeros(3, 4), 2, bias=torch.tensor([0.0, float("nan"), 0.0, 0.0])), ValueError,
+     "bias holds NaN"),
+    (lambda: route(torch.zeros(3, 4), 2, normalize="yes"), TypeError, "normalize must be a bool"),
+    (lambda: route(torch.zeros(3, 4), 2, scale=0.0), ValueError, "scale=0.0"),
+    (lambda: load_balancing_loss(torch.full((3, 4), 0.25), torch.zeros(3, 2, dtype=torch.long), 2), ValueError,
+     "n_experts=2 but probs has 4 columns"),
+    (lambda: load_balancing_loss(torch.full((3, 4), 0.25), torch.full((3, 2), 7), 4), ValueError,
+     "experts holds id 7; expected 0 <= id < n_experts=4"),
+    (lambda: load_balancing_loss(torch.full((3, 4), 0.25), torch.zeros(3, 2), 4), ValueError, "integer expert ids"),
+    (lambda: moe_per_token(torch.zeros(3, 4), torch.ones(3, 1), torch.full((3, 1), 9), _one_expert()), ValueError,
+     "experts holds ids 9..9; expected 0 <= id < 1"),
+    (lambda: moe_per_expert(torch.zeros(3, 4), torch.ones(2, 1), torch.zeros(3, 1, dtype=torch.long), _one_expert()),
+     ValueError, "do not fit"),
+    (lambda: MoE(8, 16, 4)(torch.zeros(2, 3, 8, dtype=torch.float64)), TypeError, "x has dtype torch.float64"),
+    (_sigmoid_moe_with_nan_bias, ValueError, "bias holds NaN"),
+    (lambda: MoE(8, 16, 4, scoring="sigmoid").update_score_bias(float("nan")), ValueError, "rate=nan"),
+    # MLA and rolling caches
+    (lambda: _mla()(torch.zeros(1, 3, 16, dtype=torch.float64)), TypeError, "x has dtype torch.float64"),
+    (lambda: _mla()(torch.zeros(1, 3, 16), kv_cache=[]), TypeError, "kv_cache must be a KVCache"),
+    (lambda: MultiHeadLatentAttention(16, 2, 32), ValueError, "kv_rank=32 is larger than the model width"),
+    (lambda: RollingKVCache(0), ValueError, "window=0"),
+    (lambda: RollingKVCache(4, -1), ValueError, "n_sinks=-1"),
+    (lambda: RollingKVCache(4).mask(0), ValueError, "t=0"),
+    (lambda: RollingKVCache(4).update(torch.zeros(1, 1, 3, 4), torch.zeros(1, 1, 2, 4)), ValueError, "k is"),
+    # classifiers, their losses and corruptions, ViT
+    (lambda: SequenceClassifier(SMALL, 2, pooling="max"), ValueError, "pooling='max'"),
+    (lambda: SequenceClassifier.from_encoder(GPT(SMALL), 2), TypeError, "encoder must be a companion.models.Encoder"),
+    (lambda: pool(torch.zeros(2, 3, 4), "mean", torch.tensor([[1, 1, 1], [0, 0, 0]]).bool()), ValueError,
+     "padding_mask hides every token of row 1"),
+    (lambda: classification_loss(TokenClassifier(SMALL, 2), (torch.ones(1, 3, dtype=torch.long),
+                                                             torch.full((1, 3), -100))),
+     ValueError, "labels scores no position"),
+    (lambda: mlm_loss(Encoder(SMALL), (torch.ones(1, 3, dtype=torch.long), torch.ones(1, 3))), TypeError,
+     "labels must hold integer"),
+    (lambda: mlm_loss(Encoder(SMALL), (torch.ones(1, 3, dtype=torch.long), torch.full((1, 3), 40))), ValueError,
+     "label 40 in labels is out of range; expected 0 <= label < vocab_size=40"),
+    (lambda: mask_tokens(ids([1, 50]), 2, 40), ValueError, "token id 50 in ids"),
+    (lambda: mask_tokens(ids([1, 5]), 2, 40, special_ids=(99,)), ValueError, "special_ids entry=99"),
+    (lambda: mask_tokens(ids([1, 5]), 2, 40, special_ids=(2,)), ValueError, "mask_id=2 is also in special_ids"),
+    (lambda: mask_tokens(ids([1, 5]), 2, 40, special_ids=3), TypeError, "special_ids must be a tuple"),
+    (lambda: span_corruption("the cat sat on the mat"), TypeError, "tokens must be a list of tokens"),
+    (lambda: span_corruption(torch.arange(10)), TypeError, "tokens must be a list of tokens"),
+    (lambda: span_corruption(list(range(20)), sentinel=lambda i: 19 - i), ValueError,
+     r"sentinel\(0\)=19 is also a token of tokens"),
+    (lambda: span_corruption(list(range(60)), sentinel=lambda i: -1), ValueError, r"sentinel\(1\)=-1 is also"),
+    (lambda: span_corruption(list(range(20)), sentinel="<x>"), TypeError, "sentinel must be a function"),
+    (lambda: ViT(ModelConfig.vit(**VIT), 2)(torch.zeros(1, 3, 8, 8, dtype=torch.uint8)), TypeError,
+     "images must be a floating-point tensor, got dtype torch.uint8"),
+    (lambda: ViT(ModelConfig.vit(**VIT), 2)(torch.zeros(1, 3, 8, 8, dtype=torch.float64)), TypeError,
+     "images has dtype torch.float64"),
+    # config fields a model would ignore
+    (lambda: ViT(ModelConfig.vit(**VIT, max_seq_len=64), 2), ValueError,
+     "max_seq_len=64 is set but a ViT does not use it; expected max_seq_len=5"),
+    (lambda: ViT(ModelConfig.vit(**VIT, n_experts=4), 2), ValueError, "n_experts=4 is set but a ViT"),
+    (lambda: Encoder(SMALL.replace(n_experts=4)), ValueError, "n_experts=4 is set but an Encoder does not use it"),
+    (lambda: Encoder(SMALL.replace(sliding_window=4)), ValueError, "sliding_window=4 is set but an Encoder"),
+    (lambda: SequenceClassifier(SMALL.replace(sliding_window=4), 2), ValueError, "sliding_window=4 is set"),
+    (lambda: Transformer(SMALL.replace(n_experts=4)), ValueError, "n_experts=4 is set but a Transformer"),
+    (lambda: SMALL.replace(n_shared_experts=1), ValueError, "n_shared_experts=1 is set but n_experts=0"),
+    (lambda: SMALL.replace(router="sigmoid"), ValueError, "router='sigmoid' is set but n_experts=0"),
+    (lambda: SMALL.replace(d_expert=8), ValueError, "d_expert=8 is set but n_experts=0"),
+    (lambda: count_parameters(SMALL.replace(n_experts=4), "transformer"), ValueError,
+     "n_experts=4 is set but family='transformer'"),
+    (lambda: count_parameters(SMALL.replace(n_experts=4), "encoder"), ValueError, "family='encoder'"),
+    # data helpers and the UTF-8 mask
+    (lambda: paragraphs(b"text"), TypeError, "markdown must be a str"),
+    (lambda: tag_segments(None), TypeError, "paragraph must be a str"),
+    (lambda: book_snapshot().prose(0, 12), ValueError, "last=12"),
+    (lambda: glossary_terms(None), TypeError, "markdown must be a str"),
+    (lambda: self_check_questions(3), TypeError, "markdown must be a str"),
+    (lambda: first_sentence(None), TypeError, "text must be a str"),
+    (lambda: glossary_instructions("terms"), TypeError, "terms must be a list"),
+    (lambda: self_check_instructions([1]), TypeError, r"questions\[0\] is of type int; expected SelfCheckQuestion"),
+    (lambda: translation_instructions([("a",)]), TypeError, r"pairs\[0\].* is not a \(Chinese words, English"),
+    (lambda: split_by_key([1, 2], 0.5), TypeError, r"instructions\[0\] is of type int; expected Instruction"),
+    (lambda: split_by_key([], 0.5, seed=-1), ValueError, "seed=-1"),
+    (lambda: swap_adjacent_words("a b c", 3), TypeError, "rng must be a random.Random"),
+    (lambda: swap_adjacent_words(None, random.Random(0)), TypeError, "answer must be a str"),
+    (lambda: generate(GPT(SMALL), ids([1]), 2, valid_utf8=Utf8Mask([bytes([i]) for i in range(50)])), ValueError,
+     "valid_utf8 describes 50 token ids but the model has vocab_size=40"),
+    (lambda: generate(GPT(SMALL), ids([1]), 2, eos_id=39, valid_utf8=Utf8Mask([b"a"] * 39 + [None])), ValueError,
+     "eos_id=39 can never be chosen under valid_utf8"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("call", "error", "match"), LAST_ROUND)
+def test_last_round_bad_input(call, error: type[Exception], match: str) -> None:
+    torch.manual_seed(0)
+    with pytest.raises(error, match=match):
+        call()

@@ -142,7 +142,6 @@ def test_book_paragraphs_are_the_myst_parser_s(chapter: int) -> None:
     assert not [p for p in ours if any(line in p for line in code_lines)]
 
 
-
 def test_dollar_amounts_are_not_maths() -> None:
     """Inline maths opens with a ``$`` not followed by a space and closes with one not preceded by a space nor
     followed by a digit (pandoc's rule, MyST's dollarmath): "$5 and $10" holds no maths."""

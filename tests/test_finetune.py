@@ -229,6 +229,49 @@ def test_mean_token_kl() -> None:
         mean_token_kl(p, q[:, :3], labels)
 
 
+def test_mean_token_kl_where_both_give_a_token_probability_zero() -> None:
+    """KL(p ‖ p) = 0 even with -inf logits (a masked vocabulary): 0 · log(0 / 0) is 0, not NaN; its gradient too.
+    Where only π_ref gives a token 0 and π does not, the KL is +inf, as it should be."""
+    g = torch.Generator().manual_seed(2)
+    p = torch.randn(1, 3, 6, generator=g)
+    p[..., 4:] = float("-inf")  # two tokens no policy can produce
+    q = torch.randn(1, 3, 6, generator=g).masked_fill(p == float("-inf"), float("-inf"))
+    labels = torch.zeros(1, 3, dtype=torch.long)
+    assert mean_token_kl(p, p, labels) == 0
+    finite = mean_token_kl(p[..., :4], q[..., :4], labels)
+    leaf = p.clone().requires_grad_(True)
+    kl = mean_token_kl(leaf, q, labels)
+    kl.backward()
+    assert_close(kl, finite)
+    assert torch.isfinite(leaf.grad).all()
+    assert mean_token_kl(q.masked_fill(q == float("-inf"), 0.0), q, labels) == float("inf")
+
+
+@pytest.mark.parametrize(
+    ("labels", "error", "match"),
+    [
+        (torch.full((1, 4), IGNORE_INDEX), ValueError, "labels scores no position"),
+        (torch.tensor([[1, 2, 260, 3]]), ValueError, "label 260 in labels is out of range; expected 0 <= label < "
+                                                     "vocab_size=260"),
+        (torch.tensor([[1, -1, 2, 3]]), ValueError, "label -1 in labels is out of range.*or -100"),
+        (torch.tensor([[1.0, 2.0, 3.0, 4.0]]), TypeError, "labels must hold integer"),
+    ],
+)
+def test_losses_on_token_labels_name_what_is_wrong(labels: torch.Tensor, error: type, match: str) -> None:
+    """sft_loss, token_logprobs and mean_token_kl: no scored position (a NaN loss before), ids outside the
+    vocabulary, -1 instead of the ignore index, float labels."""
+    model = tiny_gpt()
+    inputs = torch.ones(1, 4, dtype=torch.long)
+    logits = torch.zeros(1, 4, 260)
+    calls = [lambda: sft_loss(model, (inputs, labels.long() if error is ValueError else labels)),
+             lambda: mean_token_kl(logits, logits, labels)]  # fmt: skip
+    if "no position" not in match:
+        calls.append(lambda: token_logprobs(logits, labels))
+    for call in calls:
+        with pytest.raises(error, match=match):
+            call()
+
+
 # --- LoRA ---------------------------------------------------------------------------------------------------
 
 
@@ -431,3 +474,86 @@ def test_bad_dpo_inputs() -> None:
         dpo_loss([0.0], pr, rc, rr, 0.1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="float log-probabilities"):
         dpo_loss(pc.long(), pr, rc, rr, 0.1)
+
+
+# --- issue 28: merging a tied head, α with the adapters, dtypes ---------------------------------------------
+
+
+@pytest.mark.parametrize("family", ["gpt2_small", "llama"])
+def test_merging_a_tied_head_unties_it_everywhere(family: str, tmp_path) -> None:
+    """An adapted head tied to the token table: after merging, the config says untied, and the state dict into a
+    fresh GPT and save_pretrained -> from_pretrained both give the merged logits (the table is left as it was)."""
+    torch.manual_seed(0)
+    config = getattr(ModelConfig, family)(vocab_size=260, d_model=32, n_heads=4, n_layers=2, d_ff=64,
+                                          max_seq_len=64, dropout=0.0, tie_embeddings=True)  # fmt: skip
+    model = GPT(config).eval()
+    table = model.embed.token.weight.detach().clone()
+    apply_lora(model, r=2, alpha=4, targets=["lm_head", "q_proj"])
+    _with_random_adapters(model, 5)
+    x = torch.randint(260, (2, 7), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        adapted = model(x)
+        merge_lora(model)
+        merged = model(x)
+    assert_close(merged, adapted, rtol=1e-5, atol=1e-5)
+    assert model.config.tie_embeddings is False and torch.equal(model.embed.token.weight, table)
+    fresh = GPT(model.config).eval()
+    fresh.load_state_dict(model.state_dict())
+    model.save_pretrained(tmp_path / "merged")
+    with torch.no_grad():
+        assert_close(fresh(x), merged)
+        assert_close(GPT.from_pretrained(tmp_path / "merged")(x), merged, rtol=1e-5, atol=1e-5)
+
+
+def test_a_tied_layer_without_a_config_is_refused_before_merging() -> None:
+    holder = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    holder[1].weight = holder[0].weight
+    apply_lora(holder, r=1, alpha=1, targets=["0", "1"])
+    with pytest.raises(ValueError, match="0 shares its weight with another layer .* no config"):
+        merge_lora(holder)
+    assert len(lora_modules(holder)) == 2  # nothing merged
+
+
+def test_alpha_is_saved_with_the_adapters() -> None:
+    """A state dict of adapters trained with α = 16 brings α back into a model adapted with α = 2."""
+    trained = apply_lora(tiny_gpt(), r=2, alpha=16)
+    _with_random_adapters(trained, 7)
+    other = apply_lora(tiny_gpt(), r=2, alpha=2)
+    other.load_state_dict(trained.state_dict())
+    layer = other.layers[0].self_attn.q_proj
+    assert layer.alpha == 16 and layer.scaling == 8
+    x = torch.randint(260, (1, 5), generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        assert_close(other(x), trained(x))
+        assert_close(merge_lora(other)(x), merge_lora(trained)(x))
+
+
+def test_lora_linear_names_a_dtype_mismatch() -> None:
+    layer = LoRALinear(nn.Linear(4, 3), r=2, alpha=2)
+    with pytest.raises(TypeError, match="x has dtype torch.float64 but the layer's weights are torch.float32"):
+        layer(torch.randn(2, 4, dtype=torch.float64))
+    with pytest.raises(TypeError, match="x must be a floating-point tensor, got dtype torch.int64"):
+        layer(torch.ones(2, 4, dtype=torch.long))
+    assert layer.to(torch.float64)(torch.randn(2, 4, dtype=torch.float64)).dtype == torch.float64
+
+
+def test_lora_on_the_router_and_kv_up_proj_acts() -> None:
+    """The MoE router and MLA's kv_up_proj are called, not read by weight: an adapter on them gets a gradient,
+    and merging it gives the outputs of the unmerged model (issue 28, item 4)."""
+    torch.manual_seed(0)
+    config = ModelConfig.deepseek_v3(vocab_size=64, d_model=32, n_heads=4, n_layers=2, d_ff=48, max_seq_len=16,
+                                     kv_rank=12, q_rank=16, rope_head_dim=4, nope_head_dim=8, v_head_dim=6,
+                                     n_experts=4, n_experts_per_token=2, d_expert=16, n_dense_layers=1,
+                                     router_groups=2, router_group_limit=1)  # fmt: skip
+    model = GPT(config).eval()
+    apply_lora(model, r=2, alpha=4, targets=["router", "kv_up_proj"])
+    _with_random_adapters(model, 9)
+    x = torch.randint(64, (2, 8), generator=torch.Generator().manual_seed(10))
+    model(x).square().mean().backward()
+    adapters = lora_modules(model)
+    assert {name.rsplit(".", 1)[-1] for name in adapters} == {"router", "kv_up_proj"}
+    for name, layer in adapters.items():
+        assert layer.lora_A.grad.abs().sum() > 0 and layer.lora_B.grad.abs().sum() > 0, name
+    with torch.no_grad():
+        adapted = model(x)
+        assert_close(merge_lora(model)(x), adapted, rtol=1e-5, atol=1e-5)

@@ -126,7 +126,7 @@ def test_mlm_loss_scores_only_the_chosen_tokens() -> None:
     inputs, labels = mask_tokens(ids, mask_id=2, vocab_size=20, generator=torch.Generator().manual_seed(0))
     full = F.cross_entropy(model(inputs).reshape(-1, 20), labels.reshape(-1))  # -100 ignored
     assert_close(mlm_loss(model, (inputs, labels)), full)
-    with pytest.raises(ValueError, match="labels choose no position"):
+    with pytest.raises(ValueError, match="labels scores no position"):
         mlm_loss(model, (inputs, torch.full_like(labels, -100)))
     with pytest.raises(ValueError, match="labels has shape"):
         mlm_loss(model, (inputs, labels[:, :5]))
@@ -149,3 +149,30 @@ def test_a_classifier_learns_a_task_that_needs_attention() -> None:
     with torch.no_grad():
         accuracy = (model(ids).argmax(-1) == labels).float().mean().item()
     assert accuracy > 0.95
+
+
+# --- issue 28: masks as the encoder takes them, rows with nothing to classify ------------------------------------
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_an_additive_padding_mask_classifies_as_the_boolean_one(pooling: str) -> None:
+    """The encoder takes 0 / -inf masks as well as booleans; the pooling must read them the same way (mean
+    pooling multiplied the vectors by -inf: every logit NaN)."""
+    torch.manual_seed(0)
+    model = SequenceClassifier(tiny(), 3, pooling=pooling).eval()
+    ids = torch.tensor([[5, 6, 7, PAD, PAD], [8, 9, 10, 11, 12]])
+    mask = padding_mask(ids, PAD)  # (B, 1, 1, S) bool
+    additive = torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
+    with torch.no_grad():
+        assert_close(model(ids, additive), model(ids, mask))
+    assert_close(pool(torch.ones(2, 5, 4), "mean", additive), torch.ones(2, 4))
+
+
+def test_an_all_padding_row_is_refused() -> None:
+    torch.manual_seed(0)
+    model = SequenceClassifier(tiny(), 3, pooling="mean").eval()
+    ids = torch.tensor([[5, 6, 7], [PAD, PAD, PAD]])
+    with pytest.raises(ValueError, match="padding_mask hides every token of row 1"):
+        model(ids, padding_mask(ids, PAD))
+    with pytest.raises(ValueError, match=r"padding_mask has shape \(2, 4\); expected"):
+        pool(torch.ones(2, 3, 4), "mean", torch.ones(2, 4, dtype=torch.bool))

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from companion._checks import check_bool, check_dropout, check_positive_int, check_tensor
+from companion._checks import check_bool, check_dropout, check_input_dtype, check_positive_int, check_tensor
 from companion.attention.kv_cache import KVCache
 from companion.attention.multi_head import merge_heads, split_heads
 from companion.attention.sdpa import scaled_dot_product_attention
@@ -139,7 +139,15 @@ class MultiHeadLatentAttention(nn.Module):
         return self.kv_norm(c_kv)[:, None], k_rope[:, None]  # one "head": (B, 1, T, r), (B, 1, T, rope)
 
     def up_weights(self) -> tuple[Tensor, Tensor]:
-        """W_UK and W_UV of every head, cut out of ``kv_up_proj``. Shapes: (H, nope, r), (H, v, r)."""
+        """W_UK and W_UV of every head, cut out of ``kv_up_proj``'s weight (the absorbed form folds them into the
+        query and the output). Shapes: (H, nope, r), (H, v, r).
+
+        Raises ``ValueError`` if ``kv_up_proj`` is not a plain linear layer (a LoRA adapter acts only through the
+        module: merge it first)."""
+        if not isinstance(self.kv_up_proj, nn.Linear):
+            raise ValueError(f"absorb=True reads kv_up_proj's weight, but kv_up_proj is a "
+                             f"{type(self.kv_up_proj).__name__}, whose update the weight does not hold; call "
+                             "merge_lora(model) first, or use absorb=False")
         w = self.kv_up_proj.weight.view(self.n_heads, self.nope_dim + self.v_dim, self.kv_rank)  # (H, nope + v, r)
         return w[:, : self.nope_dim], w[:, self.nope_dim :]
 
@@ -163,6 +171,7 @@ class MultiHeadLatentAttention(nn.Module):
         check_tensor("x", x, ndim=3)
         if x.shape[-1] != self.d_model:
             raise ValueError(f"x has last dimension {x.shape[-1]}, expected d_model={self.d_model}")
+        check_input_dtype("x", x, self.kv_down_proj.weight)
         if kv_cache is not None and not isinstance(kv_cache, KVCache):
             raise TypeError(f"kv_cache must be a KVCache or None, got {type(kv_cache).__name__}")
         q_nope, q_rope = self.queries(x)  # (B, H, T, nope), (B, H, T, rope)
@@ -174,9 +183,9 @@ class MultiHeadLatentAttention(nn.Module):
             c_kv, k_rope = kv_cache.update(c_kv, k_rope)  # (B, 1, S, r), (B, 1, S, rope): the whole cache
         scale = 1.0 / math.sqrt(self.nope_dim + self.rope_dim)
         dropout = self.dropout if self.training else 0.0
-        w_uk, w_uv = self.up_weights()  # (H, nope, r), (H, v, r)
         if self.absorb:
             # q_nope·(W_UK c) = (W_UKᵀ q_nope)·c: fold W_UK into the query, attend over the latents themselves
+            w_uk, w_uv = self.up_weights()  # (H, nope, r), (H, v, r)
             q_latent = torch.einsum("bhtn,hnr->bhtr", q_nope, w_uk)  # (B, H, T, r)
             q = torch.cat([q_latent, q_rope], dim=-1)  # (B, H, T, r + rope)
             k = torch.cat([c_kv, k_rope], dim=-1)  # (B, 1, S, r + rope): one key for all heads
@@ -185,8 +194,9 @@ class MultiHeadLatentAttention(nn.Module):
             )  # (B, H, T, r): each head's weighted sum of latents
             out = torch.einsum("bhtr,hvr->bhtv", out, w_uv)  # (B, H, T, v): W_UV after the sum
         else:
-            k_nope = torch.einsum("bzsr,hnr->bhsn", c_kv, w_uk)  # (B, H, S, nope): every head's key, rebuilt
-            v = torch.einsum("bzsr,hvr->bhsv", c_kv, w_uv)  # (B, H, S, v)
+            # every head's key and value, rebuilt by calling kv_up_proj (so an adapter on it acts)
+            kv = split_heads(self.kv_up_proj(c_kv[:, 0]), self.n_heads)  # (B, H, S, nope + v)
+            k_nope, v = kv.split([self.nope_dim, self.v_dim], dim=-1)  # (B, H, S, nope), (B, H, S, v)
             h, s = self.n_heads, k_nope.shape[-2]
             k = torch.cat([k_nope, k_rope.expand(-1, h, s, -1)], dim=-1)  # (B, H, S, nope + rope)
             q = torch.cat([q_nope, q_rope], dim=-1)  # (B, H, T, nope + rope)

@@ -24,7 +24,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from companion._checks import check_probability
+from companion._checks import check_positive_int, check_probability, check_string
 from companion.data.translation import Pair, detokenize
 
 __all__ = ["GLOSSARY_FAMILIES", "GlossaryTerm", "SelfCheckQuestion", "Instruction", "glossary_terms",
@@ -66,6 +66,7 @@ class Instruction:
 
 def glossary_terms(markdown: str) -> list[GlossaryTerm]:
     """The rows of the glossary's Markdown table ``| English | 中文 | Definition | Introduced in |``."""
+    check_string("markdown", markdown, allow_empty=True)
     terms = []
     for line in markdown.splitlines():
         # split on the table's pipes, not on escaped ones inside a cell (`<\|endoftext\|>`)
@@ -88,6 +89,7 @@ def _notebook(text: str) -> str:
 
 def first_sentence(text: str) -> str:
     """The first sentence of ``text`` (up to the first ``.``, ``!`` or ``?`` followed by a space or the end)."""
+    check_string("text", text, allow_empty=True)
     flat = " ".join(text.split())
     match = re.match(r"(.+?[.!?])(\s|$)", flat)
     return match.group(1) if match else flat
@@ -96,6 +98,7 @@ def first_sentence(text: str) -> str:
 def self_check_questions(markdown: str) -> list[SelfCheckQuestion]:
     """Every ``{dropdown}`` of the self-check page: its question, the first sentence of its answer, and the
     chapter of the section it is in (the last "Chapter: [...](NN_x.ipynb)" line above it)."""
+    check_string("markdown", markdown, allow_empty=True)
     out = []
     pattern = re.compile(r"^(`{3,}|:{3,})\{dropdown\} (.+?)\n(.+?)\n\1\s*$", re.S | re.M)
     for match in pattern.finditer(markdown):
@@ -110,7 +113,7 @@ def self_check_questions(markdown: str) -> list[SelfCheckQuestion]:
 def glossary_instructions(terms: Sequence[GlossaryTerm]) -> list[Instruction]:
     """Three questions per term, in English and in Chinese (the key is the English term)."""
     out = []
-    for t in terms:
+    for t in _items("terms", terms, GlossaryTerm, "glossary_terms"):
         out += [Instruction("define", f"What is {t.english}?", t.definition, t.english),
                 Instruction("en→zh", f"What is {t.english} in Chinese?", t.chinese, t.english),
                 Instruction("zh→en", f"“{t.chinese}”的英文是什么？", t.english, t.english)]  # fmt: skip
@@ -118,13 +121,18 @@ def glossary_instructions(terms: Sequence[GlossaryTerm]) -> list[Instruction]:
 
 
 def self_check_instructions(questions: Sequence[SelfCheckQuestion]) -> list[Instruction]:
+    """One instruction per question: the question, the first sentence of its answer."""
+    questions = _items("questions", questions, SelfCheckQuestion, "self_check_questions")
     return [Instruction("self-check", q.question, q.answer, q.question) for q in questions]
 
 
 def translation_instructions(pairs: Sequence[Pair]) -> list[Instruction]:
     """Chapter 8's sentence pairs as instructions: the Chinese words joined, the English detokenized."""
     out = []
-    for zh, en in pairs:
+    for i, pair in enumerate(_items("pairs", pairs, (tuple, list), "toy_translation")):
+        if len(pair) != 2 or not all(isinstance(side, Sequence) for side in pair):
+            raise TypeError(f"pairs[{i}]={pair!r:.60} is not a (Chinese words, English words) pair")
+        zh, en = pair
         source = "".join(zh)
         out.append(Instruction("translate", f"Translate into English: {source}", detokenize(en), source))
     return out
@@ -135,7 +143,9 @@ def split_by_key(
 ) -> tuple[list[Instruction], list[Instruction]]:
     """``(train, test)``: a random ``held_out`` fraction of the keys of each family, with all their questions,
     goes to test. Order within each part is kept."""
+    instructions = _items("instructions", instructions, Instruction, "glossary_instructions")
     check_probability("held_out", held_out)
+    check_positive_int("seed", seed, allow_zero=True)
     rng = random.Random(seed)
 
     def group(i: Instruction) -> str:  # one glossary term is three questions: held out together
@@ -151,12 +161,26 @@ def split_by_key(
     return train, test
 
 
+def _items(name: str, items: object, kind: type | tuple[type, ...], maker: str) -> list:
+    """``items`` as a list, or ``TypeError`` naming the first entry that is not a ``kind`` (made by ``maker``)."""
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+        raise TypeError(f"{name} must be a list (from {maker}), got {type(items).__name__}")
+    for i, item in enumerate(items):
+        if not isinstance(item, kind):
+            expected = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            raise TypeError(f"{name}[{i}] is of type {type(item).__name__}; expected {expected} (from {maker})")
+    return list(items)
+
+
 def swap_adjacent_words(answer: str, rng: random.Random) -> str:
     """``answer`` with one pair of neighbouring words exchanged (chosen by ``rng``; never two equal words).
 
     "The teacher bought this cat" -> "The teacher bought cat this". Raises ``ValueError`` for an answer with
     no two different neighbouring words.
     """
+    check_string("answer", answer, allow_empty=True)
+    if not isinstance(rng, random.Random):
+        raise TypeError(f"rng must be a random.Random, got {type(rng).__name__}")
     words = answer.split()
     spots = [i for i in range(len(words) - 1) if words[i] != words[i + 1]]
     if not spots:

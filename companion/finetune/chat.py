@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from companion._checks import check_positive_int, check_token_id
+from companion._checks import check_bool, check_labels, check_positive_int, check_token_id
 from companion.finetune.logprobs import IGNORE_INDEX, check_labelled_batch
 
 __all__ = ["ROLES", "ROLE_TOKENS", "END", "CHAT_TOKENS", "add_chat_tokens", "chat_template", "encode_chat",
@@ -81,6 +81,7 @@ def _check_messages(messages: Any) -> list[tuple[str, str]]:
 
 def chat_template(messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool = False) -> str:
     """The conversation as text: ``<|role|>content<|end|>`` per message (then ``<|assistant|>`` to generate)."""
+    check_bool("add_generation_prompt", add_generation_prompt)
     text = "".join(f"{ROLE_TOKENS[role]}{content}{END}" for role, content in _check_messages(messages))
     return text + (ROLE_TOKENS["assistant"] if add_generation_prompt else "")
 
@@ -138,6 +139,9 @@ def sft_batch(
         if not isinstance(example, (tuple, list)) or len(example) != 2:
             raise TypeError(f"examples[{i}] must be a pair (ids, mask) from encode_chat")
         ids, mask = list(example[0]), [bool(m) for m in example[1]]
+        bad = next((t for t in ids if isinstance(t, bool) or not isinstance(t, int) or t < 0), None)
+        if bad is not None:
+            raise ValueError(f"examples[{i}] holds the id {bad!r}; expected token ids, ints >= 0 (from encode_chat)")
         if len(ids) != len(mask):
             raise ValueError(f"examples[{i}] has {len(ids)} ids but a mask of {len(mask)}; expected equal lengths")
         if max_len is not None and len(ids) - 1 > max_len:
@@ -159,9 +163,13 @@ def sft_batch(
 def sft_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
     """Mean cross-entropy over the scored positions of an ``sft_batch`` (every response token weighs the same).
 
+    Raises ``ValueError`` for a batch that scores no position, or labels outside ``[0, V)`` other than
+    ``IGNORE_INDEX``; ``TypeError`` for labels that are not integers.
     Shapes: batch (inputs (B, T), labels (B, T)) -> scalar.
     """
     inputs, labels = check_labelled_batch(batch)
     logits = model(inputs)  # (B, T, V)
+    check_labels("labels", labels, logits.size(-1), ignore_index=IGNORE_INDEX, bound="vocab_size",
+                 require_scored=True)  # fmt: skip
     # float32 for the log-softmax even when the model runs in half precision
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX)

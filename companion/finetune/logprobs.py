@@ -20,10 +20,11 @@ equals ``F.kl_div``, is zero against itself and positive otherwise.
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from companion._checks import check_tensor
+from companion._checks import check_labels, check_tensor
 
 __all__ = ["IGNORE_INDEX", "token_logprobs", "sequence_logprobs", "mean_token_kl", "check_labelled_batch"]
 
@@ -55,6 +56,7 @@ def token_logprobs(logits: Tensor, labels: Tensor) -> Tensor:
     if logits.shape[:2] != labels.shape:
         raise ValueError(f"logits has shape {tuple(logits.shape)} and labels {tuple(labels.shape)}; expected "
                          "logits (B, T, V) for labels (B, T)")
+    check_labels("labels", labels, logits.size(-1), ignore_index=IGNORE_INDEX, bound="vocab_size")
     scored = labels != IGNORE_INDEX  # (B, T)
     safe = labels.masked_fill(~scored, 0)  # any valid id; its value is discarded below
     logp = F.log_softmax(logits.float(), dim=-1)  # (B, T, V), float32 for the sums that follow
@@ -74,7 +76,8 @@ def sequence_logprobs(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
 def mean_token_kl(policy_logits: Tensor, ref_logits: Tensor, labels: Tensor) -> Tensor:
     """Mean over scored positions of KL(π ‖ π_ref) = Σ_v π(v) (log π(v) − log π_ref(v)), in nats.
 
-    An exact per-position KL (every token of the vocabulary counted), not a sampled estimate.
+    An exact per-position KL (every token of the vocabulary counted), not a sampled estimate. A token that π
+    gives probability 0 (a logit of -inf) adds nothing, as 0 · log 0 = 0, even where π_ref gives it 0 too.
     Shapes: policy_logits (B, T, V), ref_logits (B, T, V), labels (B, T) -> scalar.
     """
     check_tensor("policy_logits", policy_logits, ndim=3)
@@ -82,10 +85,12 @@ def mean_token_kl(policy_logits: Tensor, ref_logits: Tensor, labels: Tensor) -> 
     if policy_logits.shape != ref_logits.shape or policy_logits.shape[:2] != labels.shape:
         raise ValueError(f"policy_logits {tuple(policy_logits.shape)}, ref_logits {tuple(ref_logits.shape)} and "
                          f"labels {tuple(labels.shape)} do not fit; expected (B, T, V), (B, T, V) and (B, T)")
+    check_labels("labels", labels, policy_logits.size(-1), ignore_index=IGNORE_INDEX, bound="vocab_size",
+                 require_scored=True)  # fmt: skip
     scored = labels != IGNORE_INDEX  # (B, T)
-    if not scored.any():
-        raise ValueError("labels scores no position (all IGNORE_INDEX); expected at least one response token")
     logp = F.log_softmax(policy_logits.float(), dim=-1)  # (B, T, V)
     logq = F.log_softmax(ref_logits.float(), dim=-1)  # (B, T, V)
-    kl = (logp.exp() * (logp - logq)).sum(-1)  # (B, T)
+    p = logp.exp()  # (B, T, V)
+    # 0 · log(0 / q) = 0: where p = 0 the term is left out (-inf - -inf would be NaN, and so would its gradient)
+    kl = (p * torch.where(p > 0, logp - logq, 0.0)).sum(-1)  # (B, T)
     return kl[scored].mean()

@@ -12,7 +12,11 @@ A pretrained weight ``W`` (D_out, D_in) stays frozen; the layer learns two small
 - Trainable parameters per layer: r · (D_in + D_out) instead of D_in · D_out; AdamW keeps two moments for each
   trainable parameter, so the optimiser state shrinks by the same factor.
 - ``merge_lora`` folds the update into the weight, W' = W + (α / r) B A: the same outputs at no extra cost at
-  inference, and a plain model (``GPT.save_pretrained`` writes it as any other).
+  inference, and a plain model (``GPT.save_pretrained`` writes it as any other). An adapted output head that
+  was tied to the token table gets a weight of its own, and the model's config then says so
+  (``tie_embeddings=False``): its state dict and its saved folder rebuild the merged model.
+- α is saved with the adapters (the buffer ``lora_alpha`` beside ``lora_A`` and ``lora_B``), so a state dict
+  loaded into a model adapted with another α brings the trained scale back.
 
 Names follow Hugging Face peft (``lora_A``, ``lora_B``, ``scaling``, the target modules by name); the default
 targets, the query and value projections, are the paper's choice (section 7.1).
@@ -31,7 +35,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from companion._checks import check_positive_float, check_positive_int, check_probability
+from companion._checks import check_input_dtype, check_positive_float, check_positive_int, check_probability
 
 __all__ = ["LoRALinear", "apply_lora", "merge_lora", "lora_modules", "DEFAULT_TARGETS"]
 
@@ -57,14 +61,25 @@ class LoRALinear(nn.Module):
         check_probability("dropout", dropout, allow_one=False)
         self.base = base
         self.base.requires_grad_(False)
-        self.r, self.alpha = r, float(alpha)
-        self.scaling = alpha / r
+        self.r = r
         d_out, d_in = base.weight.shape
         factory = {"dtype": base.weight.dtype, "device": base.weight.device}
+        # saved with the adapters: B A was trained at this scale
+        self.register_buffer("lora_alpha", torch.tensor(float(alpha), device=base.weight.device))
         self.lora_A = nn.Parameter(torch.empty(r, d_in, **factory))  # (r, D_in)
         self.lora_B = nn.Parameter(torch.zeros(d_out, r, **factory))  # (D_out, r): zero, so ΔW = 0 at the start
         nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))  # nn.Linear's own init (peft's default too)
         self.dropout = nn.Dropout(dropout)
+
+    @property
+    def alpha(self) -> float:
+        """The scale numerator α (as saved in the state dict)."""
+        return float(self.lora_alpha)
+
+    @property
+    def scaling(self) -> float:
+        """α / r, the factor of the update."""
+        return self.alpha / self.r
 
     @property
     def weight(self) -> Tensor:
@@ -78,7 +93,7 @@ class LoRALinear(nn.Module):
 
     def delta_weight(self) -> Tensor:
         """ΔW = (alpha / r) · B A. Shapes: -> (D_out, D_in)."""
-        return (self.lora_B @ self.lora_A) * self.scaling  # (D_out, D_in)
+        return (self.lora_B @ self.lora_A) * (self.lora_alpha / self.r).to(self.lora_B.dtype)  # (D_out, D_in)
 
     def merged(self) -> nn.Linear:
         """A plain ``nn.Linear`` with weight W + ΔW and the base's bias (frozen as the base was)."""
@@ -92,8 +107,10 @@ class LoRALinear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """Shapes: x (..., D_in) -> (..., D_out)."""
+        check_input_dtype("x", x, self.lora_A)
         update = self.dropout(x) @ self.lora_A.T  # (..., r): the only D_in-to-r product
-        return self.base(x) + (update @ self.lora_B.T) * self.scaling  # (..., D_out)
+        scaling = (self.lora_alpha / self.r).to(update.dtype)  # a tensor: no read-back to the host
+        return self.base(x) + (update @ self.lora_B.T) * scaling  # (..., D_out)
 
     def extra_repr(self) -> str:
         return f"r={self.r}, alpha={self.alpha:g}, scaling={self.scaling:g}"
@@ -106,6 +123,8 @@ def _matches(name: str, target: str) -> bool:
 
 def lora_modules(model: nn.Module) -> dict[str, LoRALinear]:
     """The ``LoRALinear`` layers of ``model`` by name."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     return {name: m for name, m in model.named_modules() if isinstance(m, LoRALinear)}
 
 
@@ -127,7 +146,8 @@ def apply_lora(
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     check_positive_int("r", r)
     check_positive_float("alpha", alpha)
-    if isinstance(targets, str) or not isinstance(targets, Sequence) or not targets:
+    if isinstance(targets, str) or not isinstance(targets, Sequence) or not targets or \
+            not all(isinstance(t, str) for t in targets):  # fmt: skip
         raise TypeError(f"targets must be a non-empty list of module names such as ['q_proj', 'v_proj'], "
                         f"got {targets!r}")
     if lora_modules(model):
@@ -153,20 +173,41 @@ def merge_lora(model: nn.Module) -> nn.Module:
     The outputs are unchanged (up to float rounding); the model is again the architecture it was before
     ``apply_lora``, so it saves and loads as one. Returns ``model``.
 
-    Raises ``ValueError`` if ``model`` has no LoRA layer.
+    A head tied to the token table (``tie_embeddings``) gets a weight of its own and the config of the model
+    that holds it becomes ``config.replace(tie_embeddings=False)``, so that ``state_dict`` into a fresh model and
+    ``save_pretrained`` / ``from_pretrained`` give the merged model back.
+
+    Raises ``ValueError`` if ``model`` has no LoRA layer, or a tied one with no config to untie (before merging).
     """
     found = lora_modules(model)
     if not found:
         raise ValueError(f"model ({type(model).__name__}) has no LoRA layers to merge; apply_lora adds them")
     uses = Counter(id(p) for _, p in model.named_parameters(remove_duplicate=False))
+    tied = {name: _config_holder(model, name) for name, layer in found.items() if uses[id(layer.base.weight)] > 1}
     for name, layer in found.items():
-        if uses[id(layer.base.weight)] > 1:  # tied (a head sharing the token table): a new layer, the table unchanged
+        if name in tied:  # a head sharing the token table: a new layer, the table unchanged, the config untied
+            tied[name].config = tied[name].config.replace(tie_embeddings=False)
             _replace(model, name, layer.merged())
             continue
         with torch.no_grad():  # W += ΔW in place: the base keeps its storage (decode_layout, companion.packing)
             layer.base.weight += layer.delta_weight()
         _replace(model, name, layer.base)
     return model
+
+
+def _config_holder(model: nn.Module, name: str) -> nn.Module:
+    """The nearest module above the tied layer ``name`` whose config says ``tie_embeddings``: merging gives the
+    layer a weight of its own, so that config must then say so, or a fresh model built from it (or its saved
+    folder) would tie them again. A tied layer with no such config is refused: merging would untie it unseen."""
+    parts = name.split(".")
+    for depth in range(len(parts) - 1, -1, -1):
+        holder = model.get_submodule(".".join(parts[:depth]))
+        config = getattr(holder, "config", None)
+        if getattr(config, "tie_embeddings", False) and hasattr(config, "replace"):
+            return holder
+    raise ValueError(f"{name} shares its weight with another layer (tied) and {type(model).__name__} has no config "
+                     "with tie_embeddings to untie; merging would give it a weight of its own unseen. Leave it out "
+                     "of apply_lora's targets")
 
 
 def _replace(model: nn.Module, name: str, new: nn.Module) -> None:

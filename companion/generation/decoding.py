@@ -203,7 +203,8 @@ def generate(
         TypeError: a model without the :class:`Decodable` interface, ids that are not integer.
         ValueError: empty prompt, prompt (plus new tokens) longer than ``max_seq_len``, temperature <= 0
             while sampling, ``top_k < 1``, ``top_p`` outside (0, 1], ``min_p`` outside [0, 1],
-            ``repetition_penalty <= 0``, ``eos_id`` outside the vocabulary.
+            ``repetition_penalty <= 0``, ``eos_id`` outside the vocabulary; a ``valid_utf8`` mask of more ids
+            than the model has, or one that can never allow ``eos_id``.
 
     Shapes: ids (B, T) -> (B, T + n) with n <= max_new_tokens.
     """
@@ -215,6 +216,8 @@ def generate(
     vocab_size = _vocab_size(model)
     _check_prompt(ids, max_new_tokens, max_seq_len, vocab_size)
     _check_eos(eos_id, vocab_size)
+    if valid_utf8 is not None:
+        valid_utf8.check_fits(vocab_size, eos_id)
     gen = _make_generator(generator, ids.device)
     states = valid_utf8.start_states(ids) if valid_utf8 is not None else None  # (B,) the prompts' last characters
     ids = ids.long()

@@ -125,6 +125,19 @@ class Utf8Mask:
     def vocab_size(self) -> int:
         return len(self.token_bytes)
 
+    def check_fits(self, vocab_size: int | None, eos_id: int | None = None) -> None:
+        """``ValueError`` unless this mask can serve a model of ``vocab_size`` ids (a model may have more, e.g.
+        padding rows, never allowed; fewer means another vocabulary) and can allow ``eos_id`` between two
+        characters (an id whose bytes are None or not whole characters would never be chosen: no early stop)."""
+        if vocab_size is not None and self.vocab_size > vocab_size:
+            raise ValueError(f"valid_utf8 describes {self.vocab_size} token ids but the model has vocab_size="
+                             f"{vocab_size}; expected the Utf8Mask of the model's own tokenizer")
+        if eos_id is not None and (eos_id >= self.vocab_size or int(self.next_state[ACCEPT, eos_id]) != ACCEPT):
+            spelled = self.token_bytes[eos_id] if eos_id < self.vocab_size else "beyond the mask's table"
+            raise ValueError(f"eos_id={eos_id} can never be chosen under valid_utf8 (its bytes: {spelled!r}); "
+                             "expected an id that spells whole UTF-8 characters (give a special token its text's "
+                             "bytes)")
+
     def start_states(self, ids: Tensor) -> Tensor:
         """The state at the end of each prompt row: what the row's last, possibly unfinished, character needs.
 

@@ -13,7 +13,10 @@ from companion.embeddings import tie_weights
 from companion.models.blocks import DecoderLayerCache, Embeddings, config_norm
 from companion.models.config import ModelConfig
 
-__all__ = ["check_caches", "check_ids", "final_norm", "lm_head", "num_parameters"]
+__all__ = ["ENCODER_IGNORES", "check_caches", "check_ids", "check_unused", "final_norm", "lm_head", "num_parameters"]
+
+# what an encoder's layers (BERT's, ViT's) never read: no mixture of experts, no MLA, no causal window
+ENCODER_IGNORES = {"n_experts": 0, "kv_rank": None, "sliding_window": None}
 
 
 def num_parameters(model: nn.Module, *, trainable_only: bool = False) -> int:
@@ -60,6 +63,15 @@ def check_caches(kv_caches: list | None, n_layers: int, kind: type) -> int:
             f"kv_caches hold different lengths {sorted(lengths)}; expected every layer's cache at one length"
         )
     return lengths.pop()
+
+
+def check_unused(config: ModelConfig, model: str, ignored: dict[str, object]) -> None:
+    """``ValueError`` naming the first field of ``ignored`` that ``config`` sets away from its default there:
+    ``model`` would build without it, silently (an ``Encoder`` has no sliding window, no experts)."""
+    for name, default in ignored.items():
+        if getattr(config, name) != default:
+            raise ValueError(f"{name}={getattr(config, name)!r} is set but {model} does not use it; expected "
+                             f"{name}={default!r} (the model would be built without it)")
 
 
 def final_norm(config: ModelConfig) -> nn.Module | None:

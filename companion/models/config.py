@@ -181,6 +181,11 @@ class ModelConfig:
             check_routing(self.n_experts, self.n_experts_per_token, self.router_groups, self.router_group_limit)
             if self.n_dense_layers > self.n_layers:
                 raise ValueError(f"n_dense_layers={self.n_dense_layers} is more than n_layers={self.n_layers}")
+        else:  # a dense model: the MoE fields would be silently ignored
+            for name, default in {**_MOE_DEFAULTS, "d_expert": self.d_ff}.items():
+                if getattr(self, name) != default:
+                    raise ValueError(f"{name}={getattr(self, name)!r} is set but n_experts=0; the MoE fields apply "
+                                     f"only to a mixture of experts (set n_experts, or leave {name} at {default!r})")
         check_rank("kv_rank", self.kv_rank, self.d_model)
         check_rank("q_rank", self.q_rank, self.d_model)
         mla = ("q_rank", "rope_head_dim", "nope_head_dim", "v_head_dim")
@@ -360,6 +365,9 @@ _FIELD_KINDS = {
     **dict.fromkeys(("norm", "norm_placement", "activation", "positions", "rope_pairing"), str),
     "rope_scaling": "str?",
 }
+_MOE_DEFAULTS = {"n_experts_per_token": 2, "n_shared_experts": 0, "n_dense_layers": 0, "router": "softmax",
+                 "router_normalize": True, "router_scale": 1.0, "router_groups": 1,
+                 "router_group_limit": 1}  # fmt: skip
 _ROPE_DEFAULTS = {"rope_base": 10000.0, "rope_scaling": None, "rope_factor": 1.0,
                   "rope_original_max_seq_len": None, "rope_pairing": "half"}  # fmt: skip
 

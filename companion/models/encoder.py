@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from companion._checks import check_bool, check_positive_int, check_probability, check_token_id, check_token_ids
 from companion.embeddings import tie_weights
-from companion.models.base import check_ids, final_norm
+from companion.models.base import ENCODER_IGNORES, check_ids, check_unused, final_norm
 from companion.models.blocks import Embeddings, EncoderLayer, attention_mask, config_norm, init_weights, make_rope
 from companion.models.config import ModelConfig
 from companion.packing import store_for_decoding
@@ -36,6 +36,7 @@ class Encoder(nn.Module):
     def __init__(self, config: ModelConfig, *, mlm_head: bool = True) -> None:
         super().__init__()
         check_bool("mlm_head", mlm_head)
+        check_unused(config, "an Encoder", ENCODER_IGNORES)
         self.config = config
         self.embed = Embeddings(config)
         rope = make_rope(config)
@@ -116,10 +117,17 @@ def mask_tokens(
 
     Shapes: ids (B, S) -> inputs (B, S), labels (B, S).
     """
-    check_token_ids("ids", ids, ndim=(1, 2))
     check_probability("prob", prob, allow_zero=False, allow_one=False)
     check_positive_int("vocab_size", vocab_size)
+    check_token_ids("ids", ids, ndim=(1, 2), vocab_size=vocab_size)
     check_token_id("mask_id", mask_id, vocab_size)
+    if not isinstance(special_ids, (tuple, list, set, frozenset)):
+        raise TypeError(f"special_ids must be a tuple of token ids, got {type(special_ids).__name__}")
+    for special in special_ids:
+        check_token_id("special_ids entry", special, vocab_size)
+    if mask_id in special_ids:
+        raise ValueError(f"mask_id={mask_id} is also in special_ids; expected the [MASK] id to differ from the ids "
+                         "that are never masked")
     u = torch.rand(ids.shape, generator=generator, device=ids.device)  # chooses the positions
     chosen = u < prob
     for special in special_ids:

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from companion._checks import check_positive_float, check_probability
-from companion.models.base import check_caches, check_ids, final_norm, lm_head
+from companion.models.base import check_caches, check_ids, check_unused, final_norm, lm_head
 from companion.models.blocks import (
     DecoderLayer,
     DecoderLayerCache,
@@ -43,6 +43,8 @@ class Transformer(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
+        # experts and MLA are decoder-only pieces here (chapter 14); an encoder-decoder would get them halfway
+        check_unused(config, "a Transformer (encoder-decoder)", {"n_experts": 0, "kv_rank": None})
         self.config = config
         self.embed = Embeddings(config)  # shared by source and target (2017, §3.4)
         rope = make_rope(config)
@@ -138,21 +140,34 @@ def span_corruption(
     input ``w0 ... w16 <extra_id_0>`` and the target ``<extra_id_0> w17 w18 w19 <extra_id_1>``; 60 words give
     9 dropped words in 3 spans.
 
-    Raises ``ValueError`` for fewer than two tokens or a density outside (0, 1).
+    Raises ``ValueError`` for fewer than two tokens, a density outside (0, 1), or sentinels that repeat or
+    occur among the tokens (the target could not say which span is which); ``TypeError`` for tokens given as
+    one string or tensor (split or ``.tolist()`` them first) or a sentinel that is not a function.
     """
+    if isinstance(tokens, (str, bytes, Tensor)) or not isinstance(tokens, Sequence):
+        raise TypeError(f"tokens must be a list of tokens (words or ids), got {type(tokens).__name__}; split a text "
+                        "first (text.split()), or call .tolist() on a tensor of ids")
     if len(tokens) < 2:
         raise ValueError(f"tokens has {len(tokens)} items; expected at least 2 (one kept, one dropped)")
     check_probability("noise_density", noise_density, allow_zero=False, allow_one=False)
     check_positive_float("mean_span_length", mean_span_length)
+    if not callable(sentinel):
+        raise TypeError(f"sentinel must be a function of the span number, got {type(sentinel).__name__}")
     n = len(tokens)
     n_noise = min(max(round(n * noise_density), 1), n - 1)
     n_spans = min(max(round(n_noise / mean_span_length), 1), n - n_noise)
+    sentinels = [sentinel(i) for i in range(n_spans + 1)]
+    for i, mark in enumerate(sentinels):
+        if mark in sentinels[:i] or mark in tokens:
+            where = "sentinel(j) for an earlier j" if mark in sentinels[:i] else "a token of tokens"
+            raise ValueError(f"sentinel({i})={mark!r} is also {where}; expected a distinct sentinel per span, "
+                             "none of them a token (T5: <extra_id_0>, <extra_id_1>, ...)")
     noise, keep = _segment(n_noise, n_spans, generator), _segment(n - n_noise, n_spans, generator)
     inputs: list[Any] = []
     targets: list[Any] = []
     start = 0
     for i, (k, m) in enumerate(zip(keep, noise)):
-        inputs += [*tokens[start : start + k], sentinel(i)]  # kept run, then the sentinel of span i
-        targets += [sentinel(i), *tokens[start + k : start + k + m]]  # span i, announced by its sentinel
+        inputs += [*tokens[start : start + k], sentinels[i]]  # kept run, then the sentinel of span i
+        targets += [sentinels[i], *tokens[start + k : start + k + m]]  # span i, announced by its sentinel
         start += k + m
-    return inputs, targets + [sentinel(n_spans)]
+    return inputs, targets + [sentinels[n_spans]]

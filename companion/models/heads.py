@@ -35,17 +35,35 @@ POOLINGS = ("cls", "mean")  # how a SequenceClassifier turns S vectors into one
 def pool(h: Tensor, pooling: str = "cls", padding_mask: Tensor | None = None) -> Tensor:
     """One vector per sequence: the first token's (``"cls"``) or the mean over real tokens (``"mean"``).
 
-    ``padding_mask`` (B, 1, 1, S) or (B, S), True = a real token; None: every token is real.
+    ``padding_mask`` (B, 1, 1, S) or (B, S): boolean, True = a real token, or additive as the encoder takes it,
+    0 = a real token and -inf = padding; None: every token is real.
+    Raises ``ValueError`` for a row with no real token (its vector would be made up) or a mask of another shape.
     Shapes: h (B, S, D) -> (B, D).
     """
     check_choice("pooling", pooling, POOLINGS)
     check_tensor("h", h, ndim=3)
+    real = None if padding_mask is None else _real_tokens(padding_mask, h.shape[:2])  # (B, S) bool
     if pooling == "cls":
         return h[:, 0]  # (B, D): [CLS] sits at position 0
-    if padding_mask is None:
+    if real is None:
         return h.mean(dim=1)  # (B, D)
-    keep = padding_mask.reshape(h.size(0), h.size(1)).to(h.dtype).unsqueeze(-1)  # (B, S, 1): 1 = real token
-    return (h * keep).sum(dim=1) / keep.sum(dim=1).clamp_min(1.0)  # (B, D)
+    keep = real.to(h.dtype).unsqueeze(-1)  # (B, S, 1): 1 = real token
+    return (h * keep).sum(dim=1) / keep.sum(dim=1)  # (B, D)
+
+
+def _real_tokens(padding_mask: Tensor, shape: tuple[int, int]) -> Tensor:
+    """The (B, S) boolean "real token" of a boolean or additive (0 / -inf) padding mask, every row with one."""
+    check_tensor("padding_mask", padding_mask)
+    if padding_mask.numel() != shape[0] * shape[1]:
+        raise ValueError(f"padding_mask has shape {tuple(padding_mask.shape)}; expected (B, 1, 1, S) or (B, S) = "
+                         f"{tuple(shape)}")
+    mask = padding_mask.reshape(shape)
+    real = mask if mask.dtype == torch.bool else mask > float("-inf")  # additive: 0 keeps a token, -inf hides it
+    empty = (~real.any(dim=1)).nonzero().flatten().tolist()
+    if empty:
+        raise ValueError(f"padding_mask hides every token of row {empty[0]}; expected at least one real token per "
+                         "row (an all-padding row has nothing to classify)")
+    return real
 
 
 def _init_head(model: nn.Module) -> None:

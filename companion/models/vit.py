@@ -21,8 +21,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from companion._checks import check_choice, check_num_labels, check_positive_int, check_tensor
-from companion.models.base import final_norm
+from companion._checks import check_choice, check_input_dtype, check_num_labels, check_positive_int, check_tensor
+from companion.models.base import ENCODER_IGNORES, check_unused, final_norm
 from companion.models.blocks import EncoderLayer, init_weights
 from companion.models.config import ModelConfig
 from companion.positions import LearnedPositionalEmbedding
@@ -65,6 +65,8 @@ class ViT(nn.Module):
         check_num_labels("num_labels", num_labels)
         self.config, self.num_labels = config, num_labels
         self.n_patches = (config.image_size // config.patch_size) ** 2
+        # its positions follow the image: (image_size / patch_size)² patches + [CLS], whatever max_seq_len says
+        check_unused(config, "a ViT", {**ENCODER_IGNORES, "max_seq_len": self.n_patches + 1})
         patch_dim = config.num_channels * config.patch_size**2
         self.patch_embed = nn.Linear(patch_dim, config.d_model)  # the same for every patch
         self.cls_token = nn.Parameter(torch.zeros(1, 1, config.d_model))  # learned, prepended to every image
@@ -84,6 +86,7 @@ class ViT(nn.Module):
         Shapes: images (B, C, H, W) -> (B, N + 1, D).
         """
         check_tensor("images", images, ndim=4)
+        check_input_dtype("images", images, self.patch_embed.weight)
         c, size = self.config.num_channels, self.config.image_size
         if images.size(1) != c:
             raise ValueError(f"images have {images.size(1)} channels (shape {tuple(images.shape)}); expected "

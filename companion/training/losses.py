@@ -83,9 +83,8 @@ def mlm_loss(model: nn.Module, batch: tuple[Tensor, ...]) -> Tensor:
     check_tensor("labels", labels, ndim=2)
     if labels.shape != inputs.shape:
         raise ValueError(f"labels has shape {tuple(labels.shape)}; expected the shape of inputs {tuple(inputs.shape)}")
+    check_labels("labels", labels, model.config.vocab_size, bound="vocab_size", require_scored=True)
     chosen = labels != -100  # (B, S)
-    if not chosen.any():
-        raise ValueError("labels choose no position (all -100); expected mask_tokens' labels for at least one token")
     h = model.hidden_states(inputs, padding)  # (B, S, D)
     logits = model.mlm_logits(h[chosen])  # (N_chosen, V): the head only where there is something to predict
     return F.cross_entropy(logits.float(), labels[chosen])
@@ -96,12 +95,12 @@ def classification_loss(model: nn.Module, batch: tuple[Tensor, ...]) -> Tensor:
 
     ``model(inputs[, padding_mask])`` gives (B, K) logits with labels (B,) (a ``SequenceClassifier``, a
     ``ViT``), or (B, S, K) logits with labels (B, S), -100 where a token is not scored (a ``TokenClassifier``).
-    Raises ``ValueError`` for labels outside [0, K) (naming the label), or of the wrong shape.
+    Raises ``ValueError`` for labels outside [0, K) (naming the label), of the wrong shape, or all -100.
     """
     inputs, labels, padding = _unpack(batch)
     logits = model(inputs) if padding is None else model(inputs, padding)  # (B, K) or (B, S, K)
     k = logits.size(-1)
-    check_labels("labels", labels, k)
+    check_labels("labels", labels, k, require_scored=True)
     if labels.shape != logits.shape[:-1]:
         raise ValueError(f"labels has shape {tuple(labels.shape)}; expected {tuple(logits.shape[:-1])}, one label "
                          f"per row of the model's {tuple(logits.shape)} logits")
