@@ -150,8 +150,10 @@ def test_unsupported_model_type_lists_the_supported_ones(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("family", "change", "needle"),
     [("qwen3", {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 0}, "sliding-window layers"),
-     ("deepseek_v3", {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
-                                          "original_max_position_embeddings": 16}}, "rope scaling 'yarn'"),
+     ("deepseek_v3", {"rope_parameters": {"rope_type": "dynamic", "factor": 4.0, "rope_theta": 10000.0}},
+      "rope scaling 'dynamic' is not supported for DeepSeek-V3; expected none or 'yarn'"),
+     ("qwen3", {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
+                                    "original_max_position_embeddings": 16}}, "rope scaling 'yarn'"),
      ("mixtral", {"hidden_act": "gelu"}, "hidden_act='gelu'")],
 )  # fmt: skip
 def test_unsupported_features_are_named(tmp_path: Path, family: str, change: dict[str, object], needle: str) -> None:

@@ -112,8 +112,7 @@ def test_tokenizer_json_is_attached_and_saved(tmp_path: Path) -> None:
     tok = tokenizers.Tokenizer(tokenizers.models.BPE())
     tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = tokenizers.decoders.ByteLevel()
-    alphabet = tokenizers.pre_tokenizers.ByteLevel.alphabet()
-    trainer = tokenizers.trainers.BpeTrainer(vocab_size=VOCAB, initial_alphabet=alphabet)
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=VOCAB)  # every id within the model's VOCAB rows
     tok.train_from_iterator(["I love NLP. The cat sat because it was tired."] * 20, trainer)
     folder = write_hf_folder(hf_model("gpt2", tie=True), tmp_path / "in", "safetensors")
     tok.save(str(folder / "tokenizer.json"))
