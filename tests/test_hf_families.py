@@ -284,3 +284,23 @@ def test_integer_weights_and_their_statistics_are_refused() -> None:
         load_llama_state_dict(sd | {q: sd[q].to(torch.int8)}, config)
     with pytest.raises(ValueError, match="dtype torch.float8_e4m3fn"):  # FP8 codes without their scales
         load_llama_state_dict(sd | {q: sd[q].to(torch.float8_e4m3fn)}, config)
+
+
+def test_mixtral_without_rope_theta_uses_transformers_default(tmp_path: Path) -> None:
+    hf_model("mixtral").save_pretrained(tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg = {k: v for k, v in cfg.items() if k not in ("rope_theta", "rope_parameters")}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert transformers.AutoConfig.from_pretrained(tmp_path).rope_parameters["rope_theta"] == 1e6
+    assert GPT.from_pretrained(tmp_path).config.rope_base == 1e6
+
+
+@pytest.mark.parametrize(("layers", "mtp"), [(1, 0), (1, 1), (2, 2)])
+def test_deepseek_drops_exactly_the_mtp_layers(tmp_path: Path, layers: int, mtp: int) -> None:
+    """A 3-layer checkpoint whose config says fewer layers: only num_nextn_predict_layers of them may be MTP."""
+    hf_model("deepseek_v3").save_pretrained(tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(cfg | {"num_hidden_layers": layers,
+                                                            "num_nextn_predict_layers": mtp}))  # fmt: skip
+    with pytest.raises(ValueError, match=f"has 3 layers; expected n_layers={layers} .*num_nextn_predict_layers={mtp}"):
+        GPT.from_pretrained(tmp_path)

@@ -175,3 +175,14 @@ def test_loader_refuses_what_is_not_a_vit() -> None:
     sd = {k: v for k, v in ref.state_dict().items() if ".layers." not in k and ".layer." not in k}
     with pytest.raises(ValueError, match="no layer weights"):
         load_vit_state_dict(sd)
+
+
+@torch.no_grad()
+def test_a_vit_without_qkv_biases_loads_with_zero_biases() -> None:
+    """``ViTConfig(qkv_bias=False)``: the q/k/v projections have no bias; a zero one computes the same."""
+    ref = hf_reference(qkv_bias=False)
+    assert not any(k.endswith(("q_proj.bias", "query.bias")) for k in ref.state_dict())
+    ours = load_vit_state_dict(ref.state_dict()).eval()
+    assert not ours.layers[0].self_attn.q_proj.bias.any()
+    x = images()
+    assert (ours(x) - ref(pixel_values=x).logits).abs().max() <= 1e-5
