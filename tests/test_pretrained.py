@@ -284,7 +284,6 @@ def test_save_pretrained_without_a_tokenizer_removes_another_models(tmp_path: Pa
 
 def test_save_pretrained_refuses_before_writing(tmp_path: Path) -> None:
     from companion.finetune import apply_lora
-    from companion.tokens import CharTokenizer
 
     model = GPT(our_config("gpt2", tie=True))
     (tmp_path / "file").write_text("not a folder")
@@ -292,15 +291,20 @@ def test_save_pretrained_refuses_before_writing(tmp_path: Path) -> None:
         model.save_pretrained(tmp_path / "file")
     with pytest.raises(TypeError, match="folder must be a str or os.PathLike, got int"):
         model.save_pretrained(3)
-    too_many = CharTokenizer.from_text("".join(chr(0x4E00 + i) for i in range(VOCAB + 1)))  # ids 0 .. VOCAB
     with pytest.raises(ValueError, match=f"ids up to {VOCAB}.*vocab_size={VOCAB} rows"):
-        model.save_pretrained(tmp_path / "out", tokenizer=too_many)
+        model.save_pretrained(tmp_path / "out", tokenizer=big_tokenizer())
     with pytest.raises(ValueError, match="type_vocab_size=2"):  # no decoder family has a token-type table
         GPT(our_config("gpt2", tie=True).replace(type_vocab_size=2)).save_pretrained(tmp_path / "out")
     with pytest.raises(ValueError, match=r"unmerged LoRA adapters \(layers.0.self_attn.q_proj.lora_A, ...\); call "
                                          r"companion.finetune.merge_lora\(model\) first"):  # fmt: skip
         apply_lora(model, r=2, alpha=4.0).save_pretrained(tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def big_tokenizer() -> object:
+    from companion.tokens import CharTokenizer, to_hf_tokenizer
+
+    return to_hf_tokenizer(CharTokenizer.from_text("".join(chr(0x4E00 + i) for i in range(VOCAB + 1))))  # 0 .. VOCAB
 
 
 def extra_tensor(folder: Path, name: str) -> Path:
@@ -327,10 +331,12 @@ def corrupt(folder: Path, name: str, text: str) -> Path:
       r"config.json: n_kv_heads must be an int or None, got 2.0"),
      (lambda f: corrupt(f, "tokenizer.json", '{"version": "1.0", "model": 3}'), ValueError,
       r"tokenizer file .*tokenizer.json' is corrupt"),
+     (lambda f: corrupt(f, "tokenizer.json", big_tokenizer().to_str()), ValueError,
+      rf"tokenizer.json has {VOCAB + 1} tokens with ids up to {VOCAB} .* vocab_size={VOCAB} rows"),
      (lambda f: extra_tensor(f, "lm_head.bias"), ValueError,
       r"1 tensor\(s\) that no weight of the model reads: lm_head.bias; expected none")],
     ids=["index without weight_map", "hidden_size a string", "heads a float", "corrupt tokenizer.json",
-         "tensors nothing reads"],
+         "tokenizer too large", "tensors nothing reads"],
 )  # fmt: skip
 def test_bad_folders_are_named(tmp_path: Path, damage, error: type, needle: str) -> None:
     write_hf_folder(hf_model("llama", tie=False), tmp_path, "safetensors")

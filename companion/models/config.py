@@ -78,8 +78,8 @@ class ModelConfig:
     rope_scaling: str | None = None  # context extension: None, "linear" (PI), "ntk" or "yarn"
     rope_factor: float = 1.0  # how many times longer than the trained context (used by rope_scaling)
     rope_original_max_seq_len: int | None = None  # context length the model was trained with (YaRN)
-    rope_mscale: float | None = None  # YaRN as DeepSeek-V3 (MLA): ln(factor)'s weight in the cos/sin temperature (1.0)
-    rope_mscale_all_dim: float | None = None  # ... and in the temperature² on MLA's softmax scale (1.0); both or neither
+    rope_mscale: float | None = None  # YaRN as in DeepSeek-V3 (MLA): ln(factor)'s weight in the cos/sin temperature
+    rope_mscale_all_dim: float | None = None  # ... and in the temperature² on MLA's softmax scale; both or neither
     rope_pairing: str = "half"  # RoPE pairs dims (i, i + D_h/2) ("half", HF Llama) or (2i, 2i+1) ("adjacent")
     sliding_window: int | None = None  # each query sees at most this many keys (Mistral); None: all
     tie_embeddings: bool = True  # the output projection reuses the token-embedding matrix

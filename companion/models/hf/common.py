@@ -17,12 +17,12 @@ from torch import Tensor, nn
 from companion.models.config import ModelConfig
 
 __all__ = [
-    "LLAMA_SHAPE", "ROTARY_BUFFERS", "Weights", "check_depth", "count_layers", "differences", "expert_weights", "load_into",
-    "modern_differences", "need", "outer_from_companion", "outer_to_companion", "plain_rope_theta", "rename_layers",
-    "strip_prefix", "tied_head",
+    "LLAMA_SHAPE", "ROTARY_BUFFERS", "Weights", "check_depth", "count_layers", "differences", "expert_weights",
+    "load_into", "modern_differences", "need", "outer_from_companion", "outer_to_companion", "plain_rope_theta",
+    "rename_layers", "strip_prefix", "tied_head",
 ]  # fmt: skip
 
-ROTARY_BUFFERS = r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq"  # RoPE tables older checkpoints saved
+ROTARY_BUFFERS = r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq"  # RoPE tables of older checkpoints
 
 # Chapter 14's features at the values that turn them off; a family that lacks one refuses a config using it.
 MODERN_OFF = {"qk_norm": False, "attention_sinks": 0, "n_experts": 0, "kv_rank": None}
@@ -102,7 +102,7 @@ def tied_head(sd: Weights, head: str, table: str) -> None:
     must equal the table; a different head is a ``ValueError`` (the config should be untied), never ignored."""
     if head in sd and not torch.equal(sd[head], sd[table]):
         raise ValueError(f"{sd.source} state dict has a {head} that differs from {table}, which the config ties it "
-                         "to (tie_embeddings=True / tie_word_embeddings); expected an untied config for this checkpoint")
+                         "to (tie_embeddings=True / tie_word_embeddings); expected an untied config for it")
 
 
 def outer_from_companion(sd: Mapping[str, Tensor], config: ModelConfig) -> dict[str, Tensor]:

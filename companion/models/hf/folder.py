@@ -180,9 +180,10 @@ def write_folder(
     The folder is created if needed; each file is written atomically.
 
     Over an earlier save, what this one supersedes is removed once the new weights are in place: the other
-    weights format, a sharded checkpoint (its ``*.index.json`` and shards), and, saved without a tokenizer,
-    the tokenizer files (:data:`~companion.models.hf.tokenizer_files.TOKENIZER_FILES`), so that
-    ``from_pretrained`` reads back this model and nothing of the one before.
+    weights format, a sharded checkpoint (its ``*.index.json`` and shards), and the tokenizer files this save
+    does not write (:data:`~companion.models.hf.tokenizer_files.TOKENIZER_FILES`: all of them without a
+    tokenizer), so that ``from_pretrained`` and ``transformers`` read back this model and nothing of the one
+    before. Other files in the folder are left alone.
 
     Raises, before writing anything: ``ValueError`` for a config that fits no family in :data:`FAMILIES`, a
     state with unmerged LoRA adapters, or a tokenizer with ids beyond ``config.vocab_size``;
