@@ -57,9 +57,12 @@ def hf_config(folder: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{str(folder)!r} has no config.json; expected a Hugging Face model folder")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        cfg = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise ValueError(f"{str(path)!r} is not valid JSON ({err})") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{str(path)!r} holds a JSON {type(cfg).__name__}; expected an object of settings")
+    return cfg
 
 
 def _family(cfg: Mapping[str, Any], source: str) -> ModuleType:
