@@ -253,16 +253,17 @@ def other_weights(family: str = "llama") -> GPT:
 @torch.no_grad()
 def test_save_pretrained_supersedes_an_earlier_save(tmp_path: Path, earlier: str) -> None:
     """A stale ``model.safetensors.index.json`` (or ``model.safetensors``) would be read before the new weights."""
+    ref, x = hf_model("llama", tie=False), ids()
     if earlier == "sharded":
-        hf_model("llama", tie=False).save_pretrained(tmp_path, max_shard_size="40KB")
+        ref.save_pretrained(tmp_path, max_shard_size="40KB")
         assert len(list(tmp_path.glob("model-*-of-*.safetensors"))) > 1
+        assert_close(GPT.from_pretrained(tmp_path)(x), ref(x).logits, atol=1e-4, rtol=1e-4)  # shards are read
     else:
-        hf_model("llama", tie=False).save_pretrained(tmp_path)
+        ref.save_pretrained(tmp_path)
     ours = other_weights()
     ours.save_pretrained(tmp_path, safe_serialization=earlier == "sharded")
     weights = {p.name for p in tmp_path.iterdir() if p.suffix in (".safetensors", ".bin") or "index" in p.name}
     assert weights == ({"model.safetensors"} if earlier == "sharded" else {"pytorch_model.bin"})
-    x = ids()
     assert_close(GPT.from_pretrained(tmp_path)(x), ours(x), rtol=0, atol=0)
 
 
