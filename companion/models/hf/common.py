@@ -19,7 +19,7 @@ from companion.models.config import ModelConfig
 __all__ = [
     "LLAMA_SHAPE", "ROTARY_BUFFERS", "Weights", "check_depth", "count_layers", "differences", "expert_weights",
     "load_into", "modern_differences", "need", "outer_from_companion", "outer_to_companion", "plain_rope_theta",
-    "rename_layers", "strip_prefix", "tied_head",
+    "rename_layers", "rope_settings", "strip_prefix", "tied_head",
 ]  # fmt: skip
 
 ROTARY_BUFFERS = r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq"  # RoPE tables of older checkpoints
@@ -39,16 +39,23 @@ def need(cfg: Mapping[str, Any], key: str, source: str, kind: type | tuple[type,
     return value
 
 
-def plain_rope_theta(cfg: Mapping[str, Any], source: str, default: float = 10000.0) -> float:
-    """RoPE's base θ from a ``config.json`` (``rope_theta``, or transformers 5's ``rope_parameters``; ``default``,
-    transformers' value for the family, when neither says), refusing any context-extension scaling (these
-    families are loaded with plain RoPE)."""
+def rope_settings(cfg: Mapping[str, Any], default: float = 10000.0) -> tuple[float, dict[str, Any]]:
+    """RoPE's base θ and its context-extension settings (``{}`` for none, else with ``rope_type`` or ``type``)
+    from a ``config.json``: ``rope_theta``/``rope_scaling`` (transformers < 5) or ``rope_parameters`` (>= 5);
+    θ is ``default``, transformers' value for the family, when neither says."""
     rope = dict(cfg.get("rope_parameters") or {})
-    scaling = cfg.get("rope_scaling") or ({} if rope.get("rope_type", "default") == "default" else rope)
+    scaling = dict(cfg.get("rope_scaling") or ({} if rope.get("rope_type", "default") == "default" else rope))
+    return float(cfg.get("rope_theta", rope.get("rope_theta", default))), scaling
+
+
+def plain_rope_theta(cfg: Mapping[str, Any], source: str, default: float = 10000.0) -> float:
+    """RoPE's base θ (:func:`rope_settings`), refusing any context-extension scaling (these families are loaded
+    with plain RoPE)."""
+    theta, scaling = rope_settings(cfg, default)
     if scaling:
         kind = scaling.get("rope_type", scaling.get("type"))
         raise ValueError(f"{source}: rope scaling {kind!r} is not supported for this family; expected none")
-    return float(cfg.get("rope_theta", rope.get("rope_theta", default)))
+    return theta
 
 
 # The fields every Llama-like family (Llama, Mixtral, Qwen3, DeepSeek-V3) has at one value: field -> allowed values.

@@ -46,6 +46,7 @@ from companion.models.hf.common import (
     need,
     outer_from_companion,
     outer_to_companion,
+    rope_settings,
 )
 
 __all__ = ["config_from_hf", "config_to_hf", "from_companion", "shape_differences", "to_companion"]
@@ -173,9 +174,8 @@ def _layer_names(c: ModelConfig, i: int) -> dict[str, str]:
 def _rope_from_hf(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
     """``rope_base`` and, for the released YaRN, the ``rope_*`` fields of ``ModelConfig`` from ``rope_theta`` and
     ``rope_scaling`` (transformers < 5) or ``rope_parameters`` (>= 5)."""
-    rope = dict(cfg.get("rope_parameters") or {})
-    scaling = dict(cfg.get("rope_scaling") or ({} if rope.get("rope_type", "default") == "default" else rope))
-    out: dict[str, Any] = {"rope_base": float(cfg.get("rope_theta", rope.get("rope_theta", 10000.0)))}
+    theta, scaling = rope_settings(cfg)
+    out: dict[str, Any] = {"rope_base": theta}
     if not scaling:
         return out
     kind = scaling.get("rope_type", scaling.get("type"))

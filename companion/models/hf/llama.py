@@ -24,6 +24,7 @@ from companion.models.hf.common import (
     need,
     outer_from_companion,
     outer_to_companion,
+    rope_settings,
 )
 
 __all__ = ["config_from_hf", "config_to_hf", "from_companion", "shape_differences", "to_companion"]
@@ -47,9 +48,7 @@ def config_from_hf(cfg: Mapping[str, Any], source: str = "config.json") -> Model
     if cfg.get("head_dim") not in (None, d // heads):
         raise ValueError(f"{source}: head_dim={cfg['head_dim']} differs from hidden_size / num_attention_heads "
                          f"= {d // heads}; ModelConfig derives the head width from d_model")
-    rope = dict(cfg.get("rope_parameters") or {})  # transformers >= 5 groups the RoPE settings here
-    scaling = cfg.get("rope_scaling") or ({} if rope.get("rope_type", "default") == "default" else rope)
-    theta = cfg.get("rope_theta", rope.get("rope_theta", 10000.0))
+    theta, scaling = rope_settings(cfg)
     extra: dict[str, Any] = {}
     if scaling:
         kind = scaling.get("rope_type", scaling.get("type"))
@@ -60,7 +59,7 @@ def config_from_hf(cfg: Mapping[str, Any], source: str = "config.json") -> Model
         vocab_size=need(cfg, "vocab_size", source), d_model=d, n_heads=heads,
         n_kv_heads=cfg.get("num_key_value_heads") or heads, n_layers=need(cfg, "num_hidden_layers", source),
         d_ff=need(cfg, "intermediate_size", source), max_seq_len=need(cfg, "max_position_embeddings", source),
-        rope_base=float(theta), norm_eps=cfg.get("rms_norm_eps", 1e-6),
+        rope_base=theta, norm_eps=cfg.get("rms_norm_eps", 1e-6),
         tie_embeddings=cfg.get("tie_word_embeddings", False), dropout=0.0, **extra,
     )  # fmt: skip
 
