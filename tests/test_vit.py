@@ -186,3 +186,15 @@ def test_a_vit_without_qkv_biases_loads_with_zero_biases() -> None:
     assert not ours.layers[0].self_attn.q_proj.bias.any()
     x = images()
     assert (ours(x) - ref(pixel_values=x).logits).abs().max() <= 1e-5
+
+
+def test_vit_h_is_guessed_with_its_16_heads_of_80() -> None:
+    """The one published ViT whose heads are not 64 wide: ViT-H/14, D = 1280 (shapes only, on the meta device)."""
+    transformers = pytest.importorskip("transformers")
+    from companion.models.hf import vit as hf_vit
+
+    with torch.device("meta"):
+        ref = transformers.ViTForImageClassification(transformers.ViTConfig(
+            hidden_size=1280, num_hidden_layers=1, num_attention_heads=16, intermediate_size=64, image_size=28,
+            patch_size=14, num_labels=2))  # fmt: skip
+    assert hf_vit.config_from_state_dict(ref.state_dict()).n_heads == 16
