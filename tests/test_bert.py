@@ -175,3 +175,25 @@ def test_bad_token_types_are_refused() -> None:
         model(ids, token_type_ids=torch.zeros(2, 6, dtype=torch.long))
     with pytest.raises(ValueError, match="type_vocab_size=-1"):
         tiny(type_vocab_size=-1)
+
+
+# --- what the tensors cannot tell, or a config that drops them --------------------------------------------------
+
+
+def test_a_token_type_table_is_never_dropped() -> None:
+    sd = transformers.BertModel(hf_config()).state_dict()
+    config = ModelConfig.bert_base(vocab_size=VOCAB, d_model=WIDTH, n_heads=2, n_layers=2, d_ff=96, max_seq_len=24,
+                                   type_vocab_size=0)  # fmt: skip
+    with pytest.raises(ValueError, match=f"token-type table .*{TYPES} rows.* type_vocab_size=0; expected "
+                                         f"type_vocab_size={TYPES}"):  # fmt: skip
+        load_bert_state_dict(sd, config)
+
+
+def test_heads_are_guessed_only_for_the_published_widths() -> None:
+    """Width 96 (say 4 heads of 24): no published BERT has it, so the guess of 64-wide heads is not made."""
+    sd = transformers.BertModel(hf_config(hidden_size=96, num_attention_heads=4)).state_dict()
+    with pytest.raises(ValueError, match=r"width 96, which no published BERT has .* pass config="):
+        load_bert_state_dict(sd)
+    config = ModelConfig.bert_base(vocab_size=VOCAB, d_model=96, n_heads=4, n_layers=2, d_ff=96, max_seq_len=24,
+                                   type_vocab_size=TYPES)  # fmt: skip
+    assert load_bert_state_dict(sd, config).config.n_heads == 4

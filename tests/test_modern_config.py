@@ -102,7 +102,13 @@ def test_deepseek_v3_cache_per_token() -> None:
      (dict(kv_rank=16, qk_norm=True), "qk_norm=True applies to multi-head attention"),
      (dict(sliding_window=4, attention_sinks=4), "attention_sinks=4 is not smaller than sliding_window=4"),
      (dict(attention_sinks=1), "needs a sliding_window"),
-     (dict(d_head=0), "d_head=0")],
+     (dict(d_head=0), "d_head=0"),
+     (dict(kv_rank=16, rope_scaling="yarn", rope_factor=4.0, rope_original_max_seq_len=64, rope_mscale=1.0),
+      "rope_mscale=1.0 is given alone; expected rope_mscale and rope_mscale_all_dim together"),
+     (dict(rope_mscale=1.0, rope_mscale_all_dim=1.0), "is DeepSeek's YaRN for multi-head latent attention; "
+                                                      "expected rope_scaling='yarn' and kv_rank set"),
+     (dict(kv_rank=16, rope_scaling="yarn", rope_factor=4.0, rope_original_max_seq_len=64, rope_mscale=1.0,
+           rope_mscale_all_dim=-1.0), "rope_mscale_all_dim=-1.0 is invalid")],
 )  # fmt: skip
 def test_bad_fields_are_named(changes: dict[str, object], needle: str) -> None:
     with pytest.raises(ValueError, match=needle):

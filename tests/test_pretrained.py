@@ -112,8 +112,7 @@ def test_tokenizer_json_is_attached_and_saved(tmp_path: Path) -> None:
     tok = tokenizers.Tokenizer(tokenizers.models.BPE())
     tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = tokenizers.decoders.ByteLevel()
-    alphabet = tokenizers.pre_tokenizers.ByteLevel.alphabet()
-    trainer = tokenizers.trainers.BpeTrainer(vocab_size=VOCAB, initial_alphabet=alphabet)
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=VOCAB)  # every id within the model's VOCAB rows
     tok.train_from_iterator(["I love NLP. The cat sat because it was tired."] * 20, trainer)
     folder = write_hf_folder(hf_model("gpt2", tie=True), tmp_path / "in", "safetensors")
     tok.save(str(folder / "tokenizer.json"))
@@ -240,3 +239,115 @@ def test_save_pretrained_refuses_other_shapes(tmp_path: Path, config: ModelConfi
     with pytest.raises(ValueError, match=needle):
         GPT(config).save_pretrained(tmp_path)
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+# --- over an earlier save: nothing of the old model is read back ---------------------------------------------
+
+
+def other_weights(family: str = "llama") -> GPT:
+    torch.manual_seed(3)
+    return randomize(GPT(our_config(family, tie=False)), seed=3)
+
+
+@pytest.mark.parametrize("earlier", ["sharded", "safetensors beside a new bin"])
+@torch.no_grad()
+def test_save_pretrained_supersedes_an_earlier_save(tmp_path: Path, earlier: str) -> None:
+    """A stale ``model.safetensors.index.json`` (or ``model.safetensors``) would be read before the new weights."""
+    ref, x = hf_model("llama", tie=False), ids()
+    if earlier == "sharded":
+        ref.save_pretrained(tmp_path, max_shard_size="40KB")
+        assert len(list(tmp_path.glob("model-*-of-*.safetensors"))) > 1
+        assert_close(GPT.from_pretrained(tmp_path)(x), ref(x).logits, atol=1e-4, rtol=1e-4)  # shards are read
+    else:
+        ref.save_pretrained(tmp_path)
+    ours = other_weights()
+    ours.save_pretrained(tmp_path, safe_serialization=earlier == "sharded")
+    weights = {p.name for p in tmp_path.iterdir() if p.suffix in (".safetensors", ".bin") or "index" in p.name}
+    assert weights == ({"model.safetensors"} if earlier == "sharded" else {"pytorch_model.bin"})
+    assert_close(GPT.from_pretrained(tmp_path)(x), ours(x), rtol=0, atol=0)
+
+
+def test_save_pretrained_without_a_tokenizer_removes_another_models(tmp_path: Path) -> None:
+    from companion.tokens import CharTokenizer
+
+    tok = CharTokenizer.from_text("abc", ["<|endoftext|>"])
+    GPT(our_config("gpt2", tie=True)).save_pretrained(tmp_path, tokenizer=tok)
+    (tmp_path / "special_tokens_map.json").write_text("{}")
+    assert {"tokenizer.json", "tokenizer_config.json", "generation_config.json"} <= {p.name for p in
+                                                                                      tmp_path.iterdir()}  # fmt: skip
+    other_weights().save_pretrained(tmp_path)
+    assert {p.name for p in tmp_path.iterdir()} == {"config.json", "model.safetensors"}
+    assert GPT.from_pretrained(tmp_path).tokenizer is None
+
+
+# --- errors that name the file, the value and what was expected -----------------------------------------------
+
+
+def test_save_pretrained_refuses_before_writing(tmp_path: Path) -> None:
+    from companion.finetune import apply_lora
+
+    model = GPT(our_config("gpt2", tie=True))
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(NotADirectoryError, match="folder=.*file' is a file; expected a folder"):
+        model.save_pretrained(tmp_path / "file")
+    with pytest.raises(TypeError, match="folder must be a str or os.PathLike, got int"):
+        model.save_pretrained(3)
+    with pytest.raises(ValueError, match=f"ids up to {VOCAB}.*vocab_size={VOCAB} rows"):
+        model.save_pretrained(tmp_path / "out", tokenizer=big_tokenizer())
+    with pytest.raises(ValueError, match="type_vocab_size=2"):  # no decoder family has a token-type table
+        GPT(our_config("gpt2", tie=True).replace(type_vocab_size=2)).save_pretrained(tmp_path / "out")
+    with pytest.raises(ValueError, match=r"unmerged LoRA adapters \(layers.0.self_attn.q_proj.lora_A, ...\); call "
+                                         r"companion.finetune.merge_lora\(model\) first"):  # fmt: skip
+        apply_lora(model, r=2, alpha=4.0).save_pretrained(tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def big_tokenizer() -> object:
+    from companion.tokens import CharTokenizer, to_hf_tokenizer
+
+    return to_hf_tokenizer(CharTokenizer.from_text("".join(chr(0x4E00 + i) for i in range(VOCAB + 1))))  # 0 .. VOCAB
+
+
+def extra_tensor(folder: Path, name: str) -> Path:
+    from safetensors.torch import load_file, save_file
+
+    save_file(load_file(folder / "model.safetensors") | {name: torch.zeros(VOCAB)}, str(folder / "model.safetensors"))
+    return folder
+
+
+def corrupt(folder: Path, name: str, text: str) -> Path:
+    (folder / name).write_text(text)
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("damage", "error", "needle"),
+    [(lambda f: corrupt(f, "model.safetensors.index.json", '{"metadata": {}}'), ValueError,
+      r"model.safetensors.index.json' has no valid 'weight_map'"),
+     (lambda f: corrupt(f, "config.json", json.dumps(json.loads((f / "config.json").read_text()) |
+                                                     {"hidden_size": "48"})), TypeError,
+      r"config.json: hidden_size='48' is a str; expected int"),
+     (lambda f: corrupt(f, "config.json", json.dumps(json.loads((f / "config.json").read_text()) |
+                                                     {"num_key_value_heads": 2.0})), TypeError,
+      r"config.json: n_kv_heads must be an int or None, got 2.0"),
+     (lambda f: corrupt(f, "tokenizer.json", '{"version": "1.0", "model": 3}'), ValueError,
+      r"tokenizer file .*tokenizer.json' is corrupt"),
+     (lambda f: corrupt(f, "tokenizer.json", big_tokenizer().to_str()), ValueError,
+      rf"tokenizer.json has {VOCAB + 1} tokens with ids up to {VOCAB} .* vocab_size={VOCAB} rows"),
+     (lambda f: extra_tensor(f, "lm_head.bias"), ValueError,
+      r"1 tensor\(s\) that no weight of the model reads: lm_head.bias; expected none")],
+    ids=["index without weight_map", "hidden_size a string", "heads a float", "corrupt tokenizer.json",
+         "tokenizer too large", "tensors nothing reads"],
+)  # fmt: skip
+def test_bad_folders_are_named(tmp_path: Path, damage, error: type, needle: str) -> None:
+    write_hf_folder(hf_model("llama", tie=False), tmp_path, "safetensors")
+    with pytest.raises(error, match=needle):
+        GPT.from_pretrained(damage(tmp_path))
+
+
+def test_a_tied_config_with_a_different_head_is_refused(tmp_path: Path) -> None:
+    write_hf_folder(hf_model("llama", tie=False), tmp_path, "safetensors")
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(cfg | {"tie_word_embeddings": True}))
+    with pytest.raises(ValueError, match="lm_head.weight that differs from model.embed_tokens.weight"):
+        GPT.from_pretrained(tmp_path)

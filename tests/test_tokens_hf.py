@@ -52,3 +52,20 @@ def test_roles_and_refusals() -> None:
     assert special_token_roles({}) == {"bos": None, "eos": None}
     with pytest.raises(TypeError, match="BPETokenizer or CharTokenizer"):
         to_hf_tokenizer(WordPieceTokenizer(["[UNK]", "a"]))
+
+
+def test_special_tokens_after_a_gap_keep_their_ids(tmp_path) -> None:
+    """Registered at 300 and 305 after a vocabulary of 256 + 14 tokens: tokenizers would number them 270 and 271."""
+    transformers = pytest.importorskip("transformers")
+    ours = BPETokenizer()
+    ours.train(CORPUS, 256 + 14)
+    ours.register_special_tokens({END_OF_TEXT: 300, "<|im_start|>": 305})
+    theirs = to_hf_tokenizer(ours)
+    text = f"<|im_start|>我爱NLP{END_OF_TEXT}the cat"
+    expected = ours.encode(text, allowed_special="all")
+    assert 300 in expected and 305 in expected
+    assert theirs.encode(text).ids == expected
+    assert theirs.decode(expected, skip_special_tokens=False) == text
+    theirs.save(str(tmp_path / "tokenizer.json"))
+    auto = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"))
+    assert auto(text)["input_ids"] == expected

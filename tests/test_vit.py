@@ -175,3 +175,26 @@ def test_loader_refuses_what_is_not_a_vit() -> None:
     sd = {k: v for k, v in ref.state_dict().items() if ".layers." not in k and ".layer." not in k}
     with pytest.raises(ValueError, match="no layer weights"):
         load_vit_state_dict(sd)
+
+
+@torch.no_grad()
+def test_a_vit_without_qkv_biases_loads_with_zero_biases() -> None:
+    """``ViTConfig(qkv_bias=False)``: the q/k/v projections have no bias; a zero one computes the same."""
+    ref = hf_reference(qkv_bias=False)
+    assert not any(k.endswith(("q_proj.bias", "query.bias")) for k in ref.state_dict())
+    ours = load_vit_state_dict(ref.state_dict()).eval()
+    assert not ours.layers[0].self_attn.q_proj.bias.any()
+    x = images()
+    assert (ours(x) - ref(pixel_values=x).logits).abs().max() <= 1e-5
+
+
+def test_vit_h_is_guessed_with_its_16_heads_of_80() -> None:
+    """The one published ViT whose heads are not 64 wide: ViT-H/14, D = 1280 (shapes only, on the meta device)."""
+    transformers = pytest.importorskip("transformers")
+    from companion.models.hf import vit as hf_vit
+
+    with torch.device("meta"):
+        ref = transformers.ViTForImageClassification(transformers.ViTConfig(
+            hidden_size=1280, num_hidden_layers=1, num_attention_heads=16, intermediate_size=64, image_size=28,
+            patch_size=14, num_labels=2))  # fmt: skip
+    assert hf_vit.config_from_state_dict(ref.state_dict()).n_heads == 16

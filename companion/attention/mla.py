@@ -12,7 +12,8 @@ and H value heads per token, MLA caches one small vector per token and layer:
   a few extra dimensions, concatenated to each head's key: ``k = [k_nope ; k_rope]``, ``q = [q_nope ; q_rope]``.
 
 Queries may be low-rank too (``q_rank``: ``q = RMSNorm(x W_DQ) W_UQ``), which saves parameters, not cache.
-The scores are ``(q_nope·k_nope + q_rope·k_rope) / sqrt(nope_head_dim + rope_head_dim)``.
+The scores are ``(q_nope·k_nope + q_rope·k_rope) / sqrt(nope_head_dim + rope_head_dim)`` (DeepSeek-V3's YaRN
+multiplies that scale by its attention temperature squared: ``softmax_scale``).
 
 **The absorbed form** (``absorb=True``). Since ``q_nope·k_nope = q_nope·(W_UKᵀ c_KV) = (W_UK q_nope)·c_KV``,
 each head's ``W_UK`` can be applied to the *query* instead, and ``W_UV`` after the weighted sum of the
@@ -37,7 +38,14 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from companion._checks import check_bool, check_dropout, check_input_dtype, check_positive_int, check_tensor
+from companion._checks import (
+    check_bool,
+    check_dropout,
+    check_input_dtype,
+    check_positive_float,
+    check_positive_int,
+    check_tensor,
+)
 from companion.attention.kv_cache import KVCache
 from companion.attention.multi_head import merge_heads, split_heads
 from companion.attention.sdpa import scaled_dot_product_attention
@@ -76,6 +84,8 @@ class MultiHeadLatentAttention(nn.Module):
             up-projections never have one (the absorbed form needs them linear).
         dropout: dropout on the attention weights (training only).
         absorb: compute attention in the latent space (W_UK folded into the query); same output.
+        softmax_scale: the factor on q·k; None: 1 / sqrt(nope_head_dim + rope_head_dim). DeepSeek-V3's YaRN
+            multiplies that by its temperature squared (``yarn_attention_factor(factor, mscale_all_dim) ** 2``).
     """
 
     def __init__(
@@ -92,6 +102,7 @@ class MultiHeadLatentAttention(nn.Module):
         bias: bool = False,
         dropout: float = 0.0,
         absorb: bool = False,
+        softmax_scale: float | None = None,
     ) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
@@ -106,10 +117,13 @@ class MultiHeadLatentAttention(nn.Module):
         check_bool("bias", bias)
         check_dropout("dropout", dropout)
         check_bool("absorb", absorb)
+        if softmax_scale is not None:
+            check_positive_float("softmax_scale", softmax_scale)
         self.d_model, self.n_heads, self.kv_rank, self.q_rank = d_model, n_heads, kv_rank, q_rank
         self.rope_dim, self.nope_dim, self.v_dim = rope_head_dim, nope_head_dim, v_head_dim
         self.rope, self.dropout, self.absorb = rope, dropout, absorb
         qk_dim = nope_head_dim + rope_head_dim
+        self.softmax_scale = 1.0 / math.sqrt(qk_dim) if softmax_scale is None else softmax_scale
         if q_rank is None:
             self.q_proj = nn.Linear(d_model, n_heads * qk_dim, bias=False)
         else:
@@ -181,7 +195,7 @@ class MultiHeadLatentAttention(nn.Module):
             q_rope, k_rope = self.rope(q_rope, offset), self.rope(k_rope, offset)
         if kv_cache is not None:
             c_kv, k_rope = kv_cache.update(c_kv, k_rope)  # (B, 1, S, r), (B, 1, S, rope): the whole cache
-        scale = 1.0 / math.sqrt(self.nope_dim + self.rope_dim)
+        scale = self.softmax_scale
         dropout = self.dropout if self.training else 0.0
         if self.absorb:
             # q_nope·(W_UK c) = (W_UKᵀ q_nope)·c: fold W_UK into the query, attend over the latents themselves

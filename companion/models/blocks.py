@@ -18,6 +18,7 @@ Vaswani et al. 2017, §3.1 and Figure 1; pre-/post-norm per ``ModelConfig.norm_p
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -30,7 +31,13 @@ from companion.layers import ResidualBlock, make_ffn, make_norm
 from companion.masks import causal_mask, combine_masks, sliding_window_mask
 from companion.models.config import ModelConfig
 from companion.moe import MoE
-from companion.positions import LearnedPositionalEmbedding, RotaryEmbedding, alibi_bias, sinusoidal_encoding
+from companion.positions import (
+    LearnedPositionalEmbedding,
+    RotaryEmbedding,
+    alibi_bias,
+    sinusoidal_encoding,
+    yarn_attention_factor,
+)
 
 __all__ = [
     "DecoderLayer", "DecoderLayerCache", "Embeddings", "EncoderLayer", "attention_mask", "causal_by_flag",
@@ -94,12 +101,25 @@ def make_rope(config: ModelConfig) -> RotaryEmbedding | None:
     """One ``RotaryEmbedding`` (cos/sin tables only, no parameters) shared by every self-attention layer."""
     if config.positions != "rope":
         return None
+    attention_factor = None
+    if config.rope_mscale is not None:  # DeepSeek's YaRN: the temperature's ratio on cos/sin (1 when equal)
+        f, mscale, all_dim = config.rope_factor, config.rope_mscale, config.rope_mscale_all_dim
+        attention_factor = yarn_attention_factor(f, mscale) / yarn_attention_factor(f, all_dim)
     return RotaryEmbedding(
         config.head_dim if config.kv_rank is None else config.rope_head_dim, config.max_seq_len, config.rope_base,
         pairing=config.rope_pairing,
         scaling=config.rope_scaling, factor=config.rope_factor,
-        original_max_seq_len=config.rope_original_max_seq_len,
+        original_max_seq_len=config.rope_original_max_seq_len, attention_factor=attention_factor,
     )  # fmt: skip
+
+
+def mla_softmax_scale(config: ModelConfig) -> float | None:
+    """MLA's factor on q·k when DeepSeek's YaRN sets one: 1/sqrt(nope + rope) times the temperature
+    ``yarn_attention_factor(rope_factor, rope_mscale_all_dim)`` squared, on every dimension (None: the plain one)."""
+    if config.rope_mscale_all_dim is None:
+        return None
+    temperature = yarn_attention_factor(config.rope_factor, config.rope_mscale_all_dim)
+    return temperature**2 / math.sqrt(config.nope_head_dim + config.rope_head_dim)
 
 
 def attention_mask(
@@ -229,7 +249,7 @@ def _attention(
         return MultiHeadLatentAttention(
             config.d_model, config.n_heads, config.kv_rank, q_rank=config.q_rank, rope_head_dim=config.rope_head_dim,
             nope_head_dim=config.nope_head_dim, v_head_dim=config.v_head_dim, rope=rope, bias=config.bias,
-            dropout=config.dropout,
+            dropout=config.dropout, softmax_scale=mla_softmax_scale(config),
         )  # fmt: skip
     return MultiHeadAttention(
         config.d_model, config.n_heads, config.n_kv_heads, bias=config.bias, dropout=config.dropout,

@@ -78,6 +78,8 @@ class ModelConfig:
     rope_scaling: str | None = None  # context extension: None, "linear" (PI), "ntk" or "yarn"
     rope_factor: float = 1.0  # how many times longer than the trained context (used by rope_scaling)
     rope_original_max_seq_len: int | None = None  # context length the model was trained with (YaRN)
+    rope_mscale: float | None = None  # YaRN as in DeepSeek-V3 (MLA): ln(factor)'s weight in the cos/sin temperature
+    rope_mscale_all_dim: float | None = None  # ... and in the temperature² on MLA's softmax scale; both or neither
     rope_pairing: str = "half"  # RoPE pairs dims (i, i + D_h/2) ("half", HF Llama) or (2i, 2i+1) ("adjacent")
     sliding_window: int | None = None  # each query sees at most this many keys (Mistral); None: all
     tie_embeddings: bool = True  # the output projection reuses the token-embedding matrix
@@ -155,10 +157,26 @@ class ModelConfig:
             )
         if self.rope_scaling == "yarn" and self.rope_original_max_seq_len is None:
             raise ValueError("rope_scaling='yarn' needs rope_original_max_seq_len (the pre-training context length)")
+        self._check_mscale()
         if self.image_size is not None and self.image_size % self.patch_size != 0:
             raise ValueError(f"image_size={self.image_size} is not a multiple of patch_size={self.patch_size}; "
                              "expected an image that patches tile exactly")
         self._check_chapter_14()
+
+    def _check_mscale(self) -> None:
+        """DeepSeek's two YaRN temperatures: given together, with rope_scaling='yarn', on an MLA model."""
+        mscales = {"rope_mscale": self.rope_mscale, "rope_mscale_all_dim": self.rope_mscale_all_dim}
+        given = [f"{name}={value!r}" for name, value in mscales.items() if value is not None]
+        if not given:
+            return
+        if len(given) == 1:
+            raise ValueError(f"{given[0]} is given alone; expected rope_mscale and rope_mscale_all_dim together")
+        for name, value in mscales.items():
+            check_positive_float(name, value)
+        if self.rope_scaling != "yarn" or self.kv_rank is None:
+            raise ValueError(f"{', '.join(given)} is DeepSeek's YaRN for multi-head latent attention; expected "
+                             f"rope_scaling='yarn' and kv_rank set, got rope_scaling={self.rope_scaling!r}, "
+                             f"kv_rank={self.kv_rank!r}")
 
     def _check_chapter_14(self) -> None:
         """Validate (and resolve) the fields of today's models: sinks, experts, MLA."""
@@ -315,7 +333,9 @@ class ModelConfig:
         RoPE dims) and, after 3 dense layers, MoE FFNs of 256 routed experts (8 per token, sigmoid scores,
         8 groups of which 4 may be used, weights renormalised then × 2.5) plus 1 shared expert of width 2048.
         671B parameters, 37B active per token. The released model extends its 4,096-token context to 128K
-        with YaRN (and adds a multi-token-prediction module); neither is modelled here."""
+        with YaRN (``rope_scaling="yarn", rope_factor=40.0, rope_original_max_seq_len=4096, rope_mscale=1.0,
+        rope_mscale_all_dim=1.0``, what ``GPT.from_pretrained`` reads from its config.json) and adds a
+        multi-token-prediction module (not modelled here)."""
         base = dict(vocab_size=129280, d_model=7168, n_heads=128, n_layers=61, d_ff=18432, max_seq_len=4096,
                     norm_eps=1e-6, rope_pairing="adjacent", kv_rank=512, q_rank=1536, rope_head_dim=64,
                     nope_head_dim=128, v_head_dim=128, n_experts=256, n_experts_per_token=8, n_shared_experts=1,
@@ -354,6 +374,7 @@ _FIELD_KINDS = {
     **dict.fromkeys(("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_seq_len"), int),
     **dict.fromkeys(_OPTIONAL_INTS, "int?"),
     **dict.fromkeys(("norm_eps", "rope_base", "rope_factor", "dropout"), float),
+    **dict.fromkeys(("rope_mscale", "rope_mscale_all_dim"), "float?"),
     **dict.fromkeys(("final_norm", "embed_norm", "tie_embeddings", "bias", "embed_scale", "use_sdpa"), bool),
     **dict.fromkeys(("fused_norm", "decode_layout"), bool),
     **dict.fromkeys(("attention_sinks", "n_experts", "n_experts_per_token", "n_shared_experts", "n_dense_layers",
@@ -368,8 +389,8 @@ _FIELD_KINDS = {
 _MOE_DEFAULTS = {"n_experts_per_token": 2, "n_shared_experts": 0, "n_dense_layers": 0, "router": "softmax",
                  "router_normalize": True, "router_scale": 1.0, "router_groups": 1,
                  "router_group_limit": 1}  # fmt: skip
-_ROPE_DEFAULTS = {"rope_base": 10000.0, "rope_scaling": None, "rope_factor": 1.0,
-                  "rope_original_max_seq_len": None, "rope_pairing": "half"}  # fmt: skip
+_ROPE_DEFAULTS = {"rope_base": 10000.0, "rope_scaling": None, "rope_factor": 1.0, "rope_original_max_seq_len": None,
+                  "rope_pairing": "half", "rope_mscale": None, "rope_mscale_all_dim": None}  # fmt: skip
 
 
 def _coerce(name: str, value: Any, kind: Any) -> Any:
@@ -378,7 +399,7 @@ def _coerce(name: str, value: Any, kind: Any) -> Any:
     if isinstance(value, np.generic):
         value = value.item()  # np.int64(64) -> 64, np.float32(0.1) -> 0.1, np.bool_(True) -> True
     optional = isinstance(kind, str) and kind.endswith("?")
-    base = {"int?": int, "str?": str}.get(kind, kind) if optional else kind
+    base = {"int?": int, "str?": str, "float?": float}.get(kind, kind) if optional else kind
     if value is None and optional:
         return None
     if base is float and isinstance(value, int) and not isinstance(value, bool):

@@ -60,9 +60,14 @@ class GPT(nn.Module):
         ``companion.models.hf.folder.FAMILIES``: GPT-2, Llama, Mixtral, Qwen3, DeepSeek-V3). ``model.tokenizer``
         is the folder's ``tokenizer.json`` as a ``tokenizers.Tokenizer`` (``None`` if absent).
 
+        FP8 weights with block scales (DeepSeek-V3's release) are dequantised; other quantisations are refused.
+
         Raises:
             FileNotFoundError: no folder, no ``config.json``, or no weights file.
-            ValueError: an unsupported ``model_type`` or feature, or weights that do not fit the config.
+            ValueError: an unsupported ``model_type``, feature or quantisation, weights that do not fit the config
+                (missing, misshapen, integer, or tensors that no weight reads), a corrupt weights or tokenizer
+                file, a tokenizer with more ids than the token table.
+            TypeError: a ``config.json`` value of the wrong type (``"hidden_size": "768"``).
         """
         config, state, tokenizer = read_folder(folder)
         model = load_into(cls(config), state, str(Path(folder) / "config.json"))
@@ -73,8 +78,11 @@ class GPT(nn.Module):
         """Write a folder that ``transformers.AutoModelForCausalLM.from_pretrained`` loads with the same logits:
         ``config.json`` and ``model.safetensors`` (``pytorch_model.bin`` with ``safe_serialization=False``), plus
         ``tokenizer.json`` when ``tokenizer`` (a ``tokenizers.Tokenizer``) is given or the model came with one.
+        Weights and tokenizer files of an earlier save into ``folder`` are removed (``write_folder``).
 
-        Raises ``ValueError``, before writing anything, for a config no Hugging Face family fits.
+        Raises, before writing anything: ``ValueError`` for a config no Hugging Face family fits, unmerged LoRA
+        adapters (``merge_lora`` first) or a tokenizer with more ids than ``config.vocab_size``;
+        ``NotADirectoryError`` when ``folder`` is a file.
         """
         tokenizer = tokenizer if tokenizer is not None else getattr(self, "tokenizer", None)
         write_folder(self.config, self.state_dict(), folder, safe_serialization=safe_serialization, tokenizer=tokenizer)

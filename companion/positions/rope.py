@@ -19,7 +19,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from companion._checks import check_choice, check_positive_int, check_tensor
+from companion._checks import check_choice, check_positive_float, check_positive_int, check_tensor
 from companion.positions._frequencies import check_base, check_even, inverse_frequencies
 
 __all__ = [
@@ -37,9 +37,12 @@ SCALINGS = (None, "linear", "ntk", "dynamic", "yarn")  # context extension in ro
 TABLE_SCALINGS = (None, "linear", "ntk", "yarn")  # those a fixed table can hold ("dynamic" depends on length)
 
 
-def yarn_attention_factor(factor: float) -> float:
-    """YaRN's attention temperature ``0.1 ln(factor) + 1`` (1 when factor <= 1); it multiplies cos and sin."""
-    return 1.0 if factor <= 1.0 else 0.1 * math.log(factor) + 1.0
+def yarn_attention_factor(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's attention temperature ``0.1 mscale ln(factor) + 1`` (1 when factor <= 1); it multiplies cos and sin.
+
+    DeepSeek's configs name the coefficient of ln(factor) ``mscale`` (and ``mscale_all_dim``, where the factor
+    moves onto the softmax scale of every dimension: see ``MultiHeadLatentAttention``'s ``softmax_scale``)."""
+    return 1.0 if factor <= 1.0 else 0.1 * mscale * math.log(factor) + 1.0
 
 
 def rope_frequencies(
@@ -181,8 +184,9 @@ class RotaryEmbedding(nn.Module):
 
     ``scaling``/``factor``/``original_max_seq_len`` select a context-extension method (see
     ``rope_frequencies``; "dynamic" is left out here because its table depends on the current length).
-    With "yarn", cos and sin are multiplied by ``yarn_attention_factor(factor)`` as in Hugging Face, so
-    q·k grows by its square: a softmax temperature, and the rotation no longer preserves norms.
+    With "yarn", cos and sin are multiplied by ``attention_factor`` (default ``yarn_attention_factor(factor)``)
+    as in Hugging Face, so q·k grows by its square: a softmax temperature, and the rotation no longer preserves
+    norms. DeepSeek-V3 moves that temperature onto the softmax scale instead and passes its ratio here (1.0).
     The tables are non-persistent buffers (not in the state dict), computed in float64, stored float32.
     """
 
@@ -196,6 +200,7 @@ class RotaryEmbedding(nn.Module):
         scaling: str | None = None,
         factor: float = 1.0,
         original_max_seq_len: int | None = None,
+        attention_factor: float | None = None,
     ) -> None:
         super().__init__()
         check_even("head_dim", head_dim)
@@ -208,7 +213,14 @@ class RotaryEmbedding(nn.Module):
             head_dim, base, scaling=scaling, factor=factor,
             original_max_seq_len=original_max_seq_len, dtype=torch.float64,
         )  # fmt: skip
-        self.attention_scaling = yarn_attention_factor(factor) if scaling == "yarn" else 1.0
+        if attention_factor is not None:
+            check_positive_float("attention_factor", attention_factor)
+            if scaling != "yarn":
+                raise ValueError(f"attention_factor={attention_factor} is given but scaling={scaling!r}; expected "
+                                 "scaling='yarn' (the factor is YaRN's temperature)")
+        elif scaling == "yarn":
+            attention_factor = yarn_attention_factor(factor)
+        self.attention_scaling = 1.0 if attention_factor is None else attention_factor
         angles = torch.arange(max_seq_len, dtype=torch.float64)[:, None] * inv_freq  # (T_max, D_h/2)
         self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
         self.register_buffer("cos_cached", (angles.cos() * self.attention_scaling).float(), persistent=False)

@@ -10,7 +10,8 @@ saved with it (``GPT.save_pretrained``) is used by ``transformers.AutoTokenizer`
   ``ByteLevel`` without its own regex, and a ``ByteLevel`` decoder.
 - A character tokenizer becomes a ``WordLevel`` model over single characters: the text is cut into
   characters by a one-character regex, and the decoder glues them back with nothing in between (``Fuse``).
-- Special tokens (``<|endoftext|>``) become added tokens, matched before the split and never merged.
+- Special tokens (``<|endoftext|>``) become added tokens, matched before the split and never merged, at their
+  own ids, also when they were registered after a gap in the ids (``{"<|endoftext|>": 300}`` after 270 tokens).
 
 ``special_token_roles(tok)`` names the beginning- and end-of-text tokens a Hugging Face folder declares:
 GPT-2's convention, one ``<|endoftext|>`` for both (:data:`END_OF_TEXT`), when the tokenizer has it.
@@ -55,17 +56,30 @@ def _bpe(tok: BPETokenizer) -> Any:
 
     vocab = {text(piece): i for i, piece in tok.vocab.items()}
     merges = [(text(tok.vocab[a]), text(tok.vocab[b])) for (a, b) in tok.merges]  # dicts keep priority order
-    model = tk.models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False, ignore_merges=False)
-    hf = tk.Tokenizer(model)
-    byte_level = tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    if tok.pattern is None:
-        hf.pre_tokenizer = byte_level
-    else:
-        split = tk.pre_tokenizers.Split(tk.Regex(tok.pattern), behavior="isolated")
-        hf.pre_tokenizer = tk.pre_tokenizers.Sequence([split, byte_level])
-    hf.decoder = tk.decoders.ByteLevel()
-    hf.add_special_tokens(_added(tk, tok.special_tokens))
-    return hf
+
+    def build(vocab: dict[str, int]) -> Any:
+        model = tk.models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False, ignore_merges=False)
+        hf = tk.Tokenizer(model)
+        byte_level = tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+        if tok.pattern is None:
+            hf.pre_tokenizer = byte_level
+        else:
+            split = tk.pre_tokenizers.Split(tk.Regex(tok.pattern), behavior="isolated")
+            hf.pre_tokenizer = tk.pre_tokenizers.Sequence([split, byte_level])
+        hf.decoder = tk.decoders.ByteLevel()
+        hf.add_special_tokens(_added(tk, tok.special_tokens))
+        return hf
+
+    hf = build(vocab)
+    if all(hf.token_to_id(t) == i for t, i in tok.special_tokens.items()):
+        return hf
+    # tokenizers numbers added tokens on from the end of the vocabulary, so ids registered after a gap (or in another
+    # vocabulary's numbering) would move; an added token that the model's vocabulary holds keeps that id instead
+    clash = sorted(set(vocab) & set(tok.special_tokens))
+    if clash:
+        raise ValueError(f"special token {clash[0]!r} is also a token of the vocabulary (id {vocab[clash[0]]}); "
+                         "expected special tokens whose text no merge produces")
+    return build(vocab | tok.special_tokens)
 
 
 def _char(tok: CharTokenizer) -> Any:

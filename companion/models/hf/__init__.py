@@ -11,6 +11,8 @@ classes above (``companion.models.GPT``) call down into this package and never t
   ``config_from_hf`` / ``config_to_hf`` (``config.json`` <-> ``ModelConfig``), ``to_companion`` /
   ``from_companion`` (state dicts, their names <-> ours), and ``shape_differences(config)``, the fields in which
   a ``ModelConfig`` differs from the family (empty: it can be saved as one).
+- :mod:`~companion.models.hf.quantized` -- FP8 weights with block scales (DeepSeek-V3's release) dequantised on
+  load; every other ``quantization_config`` refused by name.
 - :mod:`~companion.models.hf.folder` -- model folders on disk: ``read_folder`` (config.json, safetensors or
   ``pytorch_model.bin``, shards, ``tokenizer.json``) and ``write_folder``, dispatching on ``model_type``
   through :data:`~companion.models.hf.folder.FAMILIES`.

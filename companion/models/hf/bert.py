@@ -8,6 +8,9 @@ One encoder body, four kinds of checkpoint, told apart by their keys:
 - ``BertForSequenceClassification`` (``bert.*`` with ``bert.pooler.*``, + ``classifier.*``).
 - ``BertForTokenClassification`` (``bert.*`` without a pooler, + ``classifier.*``).
 
+Never loaded: the pooler (except into a ``SequenceClassifier``), the next-sentence head of ``BertForPreTraining``
+(``cls.seq_relationship``) and the index buffers older files saved; any other tensor left over is an error.
+
 BERT is post-norm: the norm after each residual sum is ``attention.output.LayerNorm`` / ``output.LayerNorm``
 (our ``self_attn_block.norm`` / ``ffn_block.norm``); the embeddings have their own LayerNorm.
 Checked against ``transformers`` models built from random configs (tests/test_bert.py).
@@ -20,14 +23,16 @@ from collections.abc import Mapping
 from torch import Tensor
 
 from companion.models.config import ModelConfig
-from companion.models.hf.common import Weights, check_depth, count_layers, strip_prefix
+from companion.models.hf.common import Weights, check_depth, count_layers, strip_prefix, tied_head
 
 __all__ = ["KINDS", "SOURCE", "config_from_state_dict", "kind_of", "num_labels_of", "to_companion"]
 
 SOURCE = "BERT"
 LAYER = r"encoder\.layer\.(\d+)\."  # layer index in the (prefix-stripped) checkpoint names
 KINDS = ("encoder", "masked_lm", "sequence", "token")  # what a state dict holds (see the module docstring)
-HEAD_WIDTH = 64  # D_h of every published BERT (base: 768 / 12, large: 1024 / 16), used when no config is given
+HEAD_WIDTH = 64  # D_h of every published BERT (tiny 128 / 2 ... base 768 / 12, large 1024 / 16)
+PUBLISHED_WIDTHS = (128, 256, 512, 768, 1024)  # D of the published BERTs: the only ones whose heads config=None guesses
+IGNORED = r"pooler\..*|cls\.seq_relationship\..*|embeddings\.(position_ids|token_type_ids)"  # never loaded (see above)
 LAYER_NAMES = {  # ours -> theirs, inside layers.{i} / encoder.layer.{i}
     "self_attn.q_proj": "attention.self.query", "self_attn.k_proj": "attention.self.key",
     "self_attn.v_proj": "attention.self.value", "self_attn.o_proj": "attention.output.dense",
@@ -62,13 +67,15 @@ def num_labels_of(sd: Mapping[str, Tensor]) -> int:
 
 def config_from_state_dict(sd: Mapping[str, Tensor]) -> ModelConfig:
     """A ``ModelConfig.bert_base`` with the sizes read from the tensors (dropout 0: a loaded model is for
-    inference). The tensors cannot tell the head count: it assumes BERT's head width of 64; pass a config
-    for other widths (and for ``layer_norm_eps`` other than BERT's 1e-12)."""
+    inference). The tensors cannot tell the head count, and a wrong one gives wrong outputs without an error:
+    it is guessed (heads of width 64) only for the widths of the published BERTs (:data:`PUBLISHED_WIDTHS`),
+    and refused otherwise. Pass a config for other models (and for ``layer_norm_eps`` other than 1e-12)."""
     body = Weights(_body(sd), SOURCE)
     v, d = body["embeddings.word_embeddings.weight"].shape
-    if d % HEAD_WIDTH:
-        raise ValueError(f"{SOURCE} state dict has width {d}, not a multiple of BERT's head width {HEAD_WIDTH}; "
-                         "pass config=ModelConfig.bert_base(..., n_heads=...) to say how many heads it has")
+    if d not in PUBLISHED_WIDTHS:
+        raise ValueError(f"{SOURCE} state dict has width {d}, which no published BERT has ({PUBLISHED_WIDTHS}, all "
+                         f"with heads of width {HEAD_WIDTH}), and the tensors cannot tell the head count; pass "
+                         "config=ModelConfig.bert_base(..., n_heads=...) to say how many heads it has")
     types = body["embeddings.token_type_embeddings.weight"].shape[0] \
         if "embeddings.token_type_embeddings.weight" in body else 0  # fmt: skip
     return ModelConfig.bert_base(
@@ -90,6 +97,10 @@ def to_companion(sd: Mapping[str, Tensor], config: ModelConfig, kind: str | None
             f"embed_norm={config.embed_norm}, final_norm={config.final_norm}; start from ModelConfig.bert_base(...)"
         )
     check_depth(body, LAYER, config, SOURCE)
+    types = "embeddings.token_type_embeddings.weight"
+    if not config.type_vocab_size and types in body:
+        raise ValueError(f"{SOURCE} state dict has a token-type table ({types}, {body[types].shape[0]} rows) but "
+                         f"the config has type_vocab_size=0; expected type_vocab_size={body[types].shape[0]}")
     ours: dict[str, Tensor] = {}
     for mine, theirs in EMBEDDING_NAMES.items():
         if mine != "embed.token_type" or config.type_vocab_size:
@@ -101,7 +112,7 @@ def to_companion(sd: Mapping[str, Tensor], config: ModelConfig, kind: str | None
             for part in ("weight", "bias"):
                 ours[f"layers.{i}.{mine}.{part}"] = body[f"encoder.layer.{i}.{theirs}.{part}"]
     if kind == "masked_lm":
-        head = Weights(sd, SOURCE)
+        head = body  # cls.* keeps its name: only "bert." is stripped
         ours |= {
             "mlm_dense.weight": head["cls.predictions.transform.dense.weight"],
             "mlm_dense.bias": head["cls.predictions.transform.dense.bias"],
@@ -111,11 +122,13 @@ def to_companion(sd: Mapping[str, Tensor], config: ModelConfig, kind: str | None
         }
         if not config.tie_embeddings:
             ours["lm_head.weight"] = head["cls.predictions.decoder.weight"]
-        return ours
-    if kind == "encoder":
-        return ours
-    ours = {"encoder." + k: v for k, v in ours.items()}
-    ours |= {"classifier.weight": body["classifier.weight"], "classifier.bias": body["classifier.bias"]}
-    if kind == "sequence":
-        ours |= {"pooler.weight": body["pooler.dense.weight"], "pooler.bias": body["pooler.dense.bias"]}
+        else:
+            tied_head(head, "cls.predictions.decoder.weight", "embeddings.word_embeddings.weight")
+        tied_head(head, "cls.predictions.decoder.bias", "cls.predictions.bias")  # one bias under two names
+    elif kind != "encoder":
+        ours = {"encoder." + k: v for k, v in ours.items()}
+        ours |= {"classifier.weight": body["classifier.weight"], "classifier.bias": body["classifier.bias"]}
+        if kind == "sequence":
+            ours |= {"pooler.weight": body["pooler.dense.weight"], "pooler.bias": body["pooler.dense.bias"]}
+    body.refuse_unread(IGNORED)
     return ours

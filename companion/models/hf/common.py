@@ -17,37 +17,51 @@ from torch import Tensor, nn
 from companion.models.config import ModelConfig
 
 __all__ = [
-    "LLAMA_SHAPE", "Weights", "check_depth", "count_layers", "differences", "expert_weights", "load_into",
-    "modern_differences", "need", "outer_from_companion", "outer_to_companion", "plain_rope_theta", "rename_layers",
-    "strip_prefix",
+    "LLAMA_SHAPE", "ROTARY_BUFFERS", "Weights", "check_depth", "count_layers", "differences", "expert_weights",
+    "load_into", "modern_differences", "need", "outer_from_companion", "outer_to_companion", "plain_rope_theta",
+    "rename_layers", "rope_settings", "strip_prefix", "tied_head",
 ]  # fmt: skip
+
+ROTARY_BUFFERS = r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq"  # RoPE tables of older checkpoints
 
 # Chapter 14's features at the values that turn them off; a family that lacks one refuses a config using it.
 MODERN_OFF = {"qk_norm": False, "attention_sinks": 0, "n_experts": 0, "kv_rank": None}
 
 
-def need(cfg: Mapping[str, Any], key: str, source: str) -> Any:
-    """``cfg[key]``, or a ``ValueError`` naming the file and the missing key."""
+def need(cfg: Mapping[str, Any], key: str, source: str, kind: type | tuple[type, ...] = int) -> Any:
+    """``cfg[key]``, or a ``ValueError`` naming the file and the missing key (``TypeError`` if not a ``kind``)."""
     if key not in cfg:
         raise ValueError(f"{source} has no {key!r}; is it a Hugging Face {cfg.get('model_type', '?')} config?")
-    return cfg[key]
+    value = cfg[key]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise TypeError(f"{source}: {key}={value!r} is a {type(value).__name__}; expected {names}")
+    return value
 
 
-def plain_rope_theta(cfg: Mapping[str, Any], source: str) -> float:
-    """RoPE's base θ from a ``config.json`` (``rope_theta``, or transformers 5's ``rope_parameters``), refusing
-    any context-extension scaling (these families are loaded with plain RoPE)."""
+def rope_settings(cfg: Mapping[str, Any], default: float = 10000.0) -> tuple[float, dict[str, Any]]:
+    """RoPE's base θ and its context-extension settings (``{}`` for none, else with ``rope_type`` or ``type``)
+    from a ``config.json``: ``rope_theta``/``rope_scaling`` (transformers < 5) or ``rope_parameters`` (>= 5);
+    θ is ``default``, transformers' value for the family, when neither says."""
     rope = dict(cfg.get("rope_parameters") or {})
-    scaling = cfg.get("rope_scaling") or ({} if rope.get("rope_type", "default") == "default" else rope)
+    scaling = dict(cfg.get("rope_scaling") or ({} if rope.get("rope_type", "default") == "default" else rope))
+    return float(cfg.get("rope_theta", rope.get("rope_theta", default))), scaling
+
+
+def plain_rope_theta(cfg: Mapping[str, Any], source: str, default: float = 10000.0) -> float:
+    """RoPE's base θ (:func:`rope_settings`), refusing any context-extension scaling (these families are loaded
+    with plain RoPE)."""
+    theta, scaling = rope_settings(cfg, default)
     if scaling:
         kind = scaling.get("rope_type", scaling.get("type"))
         raise ValueError(f"{source}: rope scaling {kind!r} is not supported for this family; expected none")
-    return float(cfg.get("rope_theta", rope.get("rope_theta", 10000.0)))
+    return theta
 
 
 # The fields every Llama-like family (Llama, Mixtral, Qwen3, DeepSeek-V3) has at one value: field -> allowed values.
 LLAMA_SHAPE = {"norm_placement": ("pre",), "final_norm": (True,), "embed_norm": (False,), "embed_scale": (False,),
                "positions": ("rope",), "norm": ("rmsnorm",), "bias": (False,), "activation": ("swiglu",),
-               "rope_scaling": (None,)}  # fmt: skip
+               "rope_scaling": (None,), "type_vocab_size": (0,)}  # fmt: skip
 
 
 def differences(c: ModelConfig, wanted: Mapping[str, tuple[Any, ...]]) -> list[str]:
@@ -80,12 +94,22 @@ def modern_differences(c: ModelConfig, allowed: tuple[str, ...] = ()) -> list[st
     return off
 
 
-def outer_to_companion(sd: Mapping[str, Tensor], config: ModelConfig) -> dict[str, Tensor]:
+def outer_to_companion(sd: Weights, config: ModelConfig) -> dict[str, Tensor]:
     """The weights outside the layers of a Llama-like checkpoint (token table, final norm, untied head), our names."""
     ours = {"embed.token.weight": sd["model.embed_tokens.weight"], "norm.weight": sd["model.norm.weight"]}
     if not config.tie_embeddings:
         ours["lm_head.weight"] = sd["lm_head.weight"]
+    else:
+        tied_head(sd, "lm_head.weight", "model.embed_tokens.weight")
     return ours
+
+
+def tied_head(sd: Weights, head: str, table: str) -> None:
+    """For a tied config: a copy of the token table saved as the head (``state_dict()`` lists both) is read and
+    must equal the table; a different head is a ``ValueError`` (the config should be untied), never ignored."""
+    if head in sd and not torch.equal(sd[head], sd[table]):
+        raise ValueError(f"{sd.source} state dict has a {head} that differs from {table}, which the config ties it "
+                         "to (tie_embeddings=True / tie_word_embeddings); expected an untied config for it")
 
 
 def outer_from_companion(sd: Mapping[str, Tensor], config: ModelConfig) -> dict[str, Tensor]:
@@ -121,14 +145,32 @@ def count_layers(sd: Mapping[str, Tensor], pattern: str) -> int:
 
 
 class Weights(dict):
-    """A state dict whose missing keys raise ``ValueError`` naming the checkpoint and the key."""
+    """A state dict whose missing keys raise ``ValueError`` naming the checkpoint and the key, and which remembers
+    the keys read (``sd[key]``), so that :meth:`refuse_unread` finds the tensors a conversion left behind."""
 
     def __init__(self, sd: Mapping[str, Tensor], source: str) -> None:
         super().__init__(sd)
         self.source = source
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> Tensor:
+        value = super().__getitem__(key)  # __missing__ raises for an absent key
+        self.read.add(key)
+        return value
 
     def __missing__(self, key: str) -> Tensor:
         raise ValueError(f"{self.source} state dict has no weight {key!r}; is it a {self.source} checkpoint?")
+
+    def refuse_unread(self, ignored: str | None = None) -> None:
+        """``ValueError`` naming the tensors no weight was read from, except the names matching the regular
+        expression ``ignored`` (tensors known to carry nothing a model needs, such as GPT-2's mask buffers).
+        A tensor left over means a config that does not describe the checkpoint (more layers, a token-type
+        table, an untied head) or quantisation scales; dropping it would give a different model silently."""
+        unread = sorted(k for k in self if k not in self.read and not (ignored and re.fullmatch(ignored, k)))
+        if unread:
+            shown = ", ".join(unread[:5]) + (f" and {len(unread) - 5} more" if len(unread) > 5 else "")
+            raise ValueError(f"{self.source} state dict has {len(unread)} tensor(s) that no weight of the model "
+                             f"reads: {shown}; expected none (does the config describe this checkpoint?)")
 
 
 def check_depth(sd: Mapping[str, Tensor], pattern: str, config: ModelConfig, source: str) -> None:
@@ -152,6 +194,10 @@ def load_into(model: nn.Module, ours: Mapping[str, Tensor], source: str) -> nn.M
         raise ValueError(f"{source} state dict does not fit the config: missing {missing}, unexpected {unexpected}")
     with torch.no_grad():
         for name, value in ours.items():
+            if not value.is_floating_point() or value.element_size() == 1:  # integer or float8: quantised codes
+                raise ValueError(f"{source} weight for {name} has dtype {value.dtype}; expected floating point "
+                                 "(float32, bfloat16, float16): quantised weights need their scales (a folder's "
+                                 "quantization_config), or dequantise them first")
             if params[name].shape != value.shape:
                 raise ValueError(
                     f"{source} weight for {name} has shape {tuple(value.shape)}, "

@@ -13,9 +13,15 @@ What maps to what:
 - routing: sigmoid scores, the bias added for the choice only, ``n_group`` groups of which ``topk_group``
   may be used, the chosen scores renormalised (``norm_topk_prob``) and multiplied by ``routed_scaling_factor``.
 
-Not kept: the multi-token-prediction layer (``model.layers.61`` in the released checkpoint; transformers
-ignores it too) and YaRN context extension (refused: plain RoPE only). ``num_key_value_heads`` plays no part
-in MLA; it is read as H.
+The released ``config.json`` extends the context with YaRN (``rope_scaling``: ``type: "yarn"``, ``factor``,
+``original_max_position_embeddings``, ``beta_fast``/``beta_slow`` 32/1, ``mscale``/``mscale_all_dim``): read into
+``rope_scaling="yarn"`` and ``rope_mscale``/``rope_mscale_all_dim``, which put DeepSeek's temperature on MLA's
+softmax scale (``companion.models.blocks.mla_softmax_scale``). Its FP8 weights are dequantised before this module
+sees them (:mod:`companion.models.hf.quantized`).
+
+Not kept: the ``num_nextn_predict_layers`` multi-token-prediction layers after the last one (``model.layers.61``
+in the released checkpoint; transformers ignores them too): exactly that many are dropped, any other extra layer
+is an error. ``num_key_value_heads`` plays no part in MLA; it is read as H.
 
 Checked against ``transformers.DeepseekV3ForCausalLM`` from random weights (tests/test_hf_families.py).
 """
@@ -31,15 +37,16 @@ from companion.models.config import ModelConfig
 from companion.models.hf import llama
 from companion.models.hf.common import (
     LLAMA_SHAPE,
+    ROTARY_BUFFERS,
     Weights,
-    check_depth,
+    count_layers,
     differences,
     expert_weights,
     modern_differences,
     need,
     outer_from_companion,
     outer_to_companion,
-    plain_rope_theta,
+    rope_settings,
 )
 
 __all__ = ["config_from_hf", "config_to_hf", "from_companion", "shape_differences", "to_companion"]
@@ -54,6 +61,7 @@ LOW_RANK_Q = {"self_attn.q_down_proj": "self_attn.q_a_proj", "self_attn.q_norm":
               "self_attn.q_up_proj": "self_attn.q_b_proj"}  # fmt: skip
 FULL_Q = {"self_attn.q_proj": "self_attn.q_proj"}
 FFN = ("gate_proj", "up_proj", "down_proj")  # the same names on both sides
+YARN_BETAS = {"beta_fast": 32, "beta_slow": 1}  # YaRN's ramp, as released; other values are refused
 
 
 def config_from_hf(cfg: Mapping[str, Any], source: str = "config.json") -> ModelConfig:
@@ -68,7 +76,7 @@ def config_from_hf(cfg: Mapping[str, Any], source: str = "config.json") -> Model
     return ModelConfig.deepseek_v3(
         vocab_size=need(cfg, "vocab_size", source), d_model=need(cfg, "hidden_size", source), n_heads=heads,
         n_kv_heads=heads, n_layers=need(cfg, "num_hidden_layers", source), d_ff=need(cfg, "intermediate_size", source),
-        max_seq_len=need(cfg, "max_position_embeddings", source), rope_base=plain_rope_theta(cfg, source),
+        max_seq_len=need(cfg, "max_position_embeddings", source), **_rope_from_hf(cfg, source),
         rope_pairing="adjacent" if cfg.get("rope_interleave", True) else "half",
         norm_eps=cfg.get("rms_norm_eps", 1e-6), tie_embeddings=cfg.get("tie_word_embeddings", False),
         kv_rank=need(cfg, "kv_lora_rank", source), q_rank=cfg.get("q_lora_rank"),
@@ -89,8 +97,8 @@ def config_to_hf(c: ModelConfig) -> dict[str, Any]:
         "hidden_size": c.d_model, "intermediate_size": c.d_ff, "moe_intermediate_size": c.d_expert,
         "num_hidden_layers": c.n_layers, "num_attention_heads": c.n_heads, "num_key_value_heads": c.n_heads,
         "max_position_embeddings": c.max_seq_len, "rms_norm_eps": c.norm_eps, "rope_theta": c.rope_base,
-        "rope_parameters": {"rope_theta": c.rope_base, "rope_type": "default"},
-        "rope_interleave": c.rope_pairing == "adjacent", "kv_lora_rank": c.kv_rank, "q_lora_rank": c.q_rank,
+        "rope_parameters": _rope_to_hf(c), "rope_interleave": c.rope_pairing == "adjacent",
+        "kv_lora_rank": c.kv_rank, "q_lora_rank": c.q_rank,
         "qk_rope_head_dim": c.rope_head_dim, "qk_nope_head_dim": c.nope_head_dim, "v_head_dim": c.v_head_dim,
         "n_routed_experts": c.n_experts, "num_experts_per_tok": c.n_experts_per_token,
         "n_shared_experts": c.n_shared_experts, "first_k_dense_replace": c.n_dense_layers,
@@ -103,16 +111,26 @@ def config_to_hf(c: ModelConfig) -> dict[str, Any]:
 
 def shape_differences(c: ModelConfig) -> list[str]:
     """The fields in which ``c`` differs from a DeepSeek-V3-shaped model (empty: it can be saved as one)."""
-    wanted = {**LLAMA_SHAPE, "sliding_window": (None,), "router": ("sigmoid",), "n_kv_heads": (c.n_heads,)}
+    wanted = {**LLAMA_SHAPE, "sliding_window": (None,), "router": ("sigmoid",), "n_kv_heads": (c.n_heads,),
+              "rope_scaling": (None, "yarn")}  # fmt: skip
     off = differences(c, wanted)
     off += [f"{k}=None" for k in ("kv_rank",) if c.kv_rank is None] + (["n_experts=0"] if c.n_experts == 0 else [])
     return off + modern_differences(c, allowed=("n_experts", "kv_rank"))
 
 
-def to_companion(sd: Mapping[str, Tensor], config: ModelConfig) -> dict[str, Tensor]:
-    """A ``DeepseekV3ForCausalLM`` state dict (on-disk or transformers 5 in-memory names) under ``GPT``'s names."""
+def to_companion(sd: Mapping[str, Tensor], config: ModelConfig, mtp_layers: int = 0) -> dict[str, Tensor]:
+    """A ``DeepseekV3ForCausalLM`` state dict (on-disk or transformers 5 in-memory names) under ``GPT``'s names.
+
+    ``mtp_layers``: the checkpoint's ``num_nextn_predict_layers``, the multi-token-prediction layers the released
+    checkpoint stores after the ``config.n_layers`` layers (transformers saves none); exactly those are dropped.
+    """
     sd = Weights(sd, SOURCE)
-    check_depth({k: v for k, v in sd.items() if not _beyond(k, config)}, r"model\.layers\.(\d+)\.", config, SOURCE)
+    found, n = count_layers(sd, r"model\.layers\.(\d+)\."), config.n_layers
+    if found not in (n, n + mtp_layers):
+        raise ValueError(f"{SOURCE} state dict has {found} layers; expected n_layers={n} (num_hidden_layers), or "
+                         f"{n} + {mtp_layers} with the num_nextn_predict_layers={mtp_layers} multi-token-prediction "
+                         "layers")
+    sd = Weights({k: v for k, v in sd.items() if not _beyond(k, config)}, SOURCE)
     ours = outer_to_companion(sd, config)
     for i in range(config.n_layers):
         for mine, theirs in _layer_names(config, i).items():
@@ -122,6 +140,7 @@ def to_companion(sd: Mapping[str, Tensor], config: ModelConfig) -> dict[str, Ten
             for j in range(config.n_experts):
                 for name, w in zip(FFN, expert_weights(sd, mlp + "experts.", j, FFN)):
                     ours[f"layers.{i}.ffn.experts.{j}.{name}.weight"] = w
+    sd.refuse_unread(ROTARY_BUFFERS)
     return ours
 
 
@@ -150,6 +169,42 @@ def _layer_names(c: ModelConfig, i: int) -> dict[str, str]:
     if c.n_shared_experts:
         out |= {f"ffn.shared_experts.{p}.weight": f"mlp.shared_experts.{p}.weight" for p in FFN}
     return out
+
+
+def _rope_from_hf(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """``rope_base`` and, for the released YaRN, the ``rope_*`` fields of ``ModelConfig`` from ``rope_theta`` and
+    ``rope_scaling`` (transformers < 5) or ``rope_parameters`` (>= 5)."""
+    theta, scaling = rope_settings(cfg)
+    out: dict[str, Any] = {"rope_base": theta}
+    if not scaling:
+        return out
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind != "yarn":
+        raise ValueError(f"{source}: rope scaling {kind!r} is not supported for DeepSeek-V3; expected none or 'yarn'")
+    for key, value in YARN_BETAS.items():
+        if scaling.get(key, value) not in (value, None):
+            raise ValueError(f"{source}: rope scaling {key}={scaling[key]!r} is not supported; expected {value}")
+    if scaling.get("attention_factor") is not None or scaling.get("truncate", True) is not True:
+        raise ValueError(f"{source}: rope scaling attention_factor={scaling.get('attention_factor')!r}, truncate="
+                         f"{scaling.get('truncate')!r} are not supported; expected them unset")
+    mscales = [scaling.get(k) or None for k in ("mscale", "mscale_all_dim")]  # transformers: 0 means unset too
+    if (mscales[0] is None) != (mscales[1] is None):
+        raise ValueError(f"{source}: rope scaling has mscale={mscales[0]!r} and mscale_all_dim={mscales[1]!r}; "
+                         "expected both or neither")
+    return out | {
+        "rope_scaling": "yarn", "rope_factor": float(need(scaling, "factor", source, (int, float))),
+        "rope_original_max_seq_len": need(scaling, "original_max_position_embeddings", source),
+        "rope_mscale": mscales[0], "rope_mscale_all_dim": mscales[1],
+    }  # fmt: skip
+
+
+def _rope_to_hf(c: ModelConfig) -> dict[str, Any]:
+    """The inverse of :func:`_rope_from_hf`, as transformers 5's ``rope_parameters``."""
+    if c.rope_scaling is None:
+        return {"rope_theta": c.rope_base, "rope_type": "default"}
+    mscales = {} if c.rope_mscale is None else {"mscale": c.rope_mscale, "mscale_all_dim": c.rope_mscale_all_dim}
+    return {"rope_theta": c.rope_base, "rope_type": "yarn", "factor": c.rope_factor,
+            "original_max_position_embeddings": c.rope_original_max_seq_len, **YARN_BETAS, **mscales}  # fmt: skip
 
 
 def _beyond(key: str, c: ModelConfig) -> bool:

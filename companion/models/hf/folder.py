@@ -18,6 +18,8 @@ Nothing is downloaded: with internet access, fetch a folder first, e.g.
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
@@ -29,7 +31,14 @@ from torch import Tensor
 from companion._files import atomic_write, atomic_write_text
 from companion.models.config import ModelConfig
 from companion.models.hf import deepseek_v3, gpt2, llama, mixtral, qwen3
-from companion.models.hf.tokenizer_files import as_hf_tokenizer, tokenizer_ids, write_tokenizer_files
+from companion.models.hf.quantized import dequantize
+from companion.models.hf.tokenizer_files import (
+    TOKENIZER_FILES,
+    as_hf_tokenizer,
+    check_tokenizer_fits,
+    tokenizer_ids,
+    write_tokenizer_files,
+)
 
 __all__ = ["FAMILIES", "family_of", "hf_config", "load_tokenizer", "read_folder", "read_weights", "write_folder"]
 
@@ -48,9 +57,12 @@ def hf_config(folder: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{str(folder)!r} has no config.json; expected a Hugging Face model folder")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        cfg = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise ValueError(f"{str(path)!r} is not valid JSON ({err})") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{str(path)!r} holds a JSON {type(cfg).__name__}; expected an object of settings")
+    return cfg
 
 
 def _family(cfg: Mapping[str, Any], source: str) -> ModuleType:
@@ -61,12 +73,28 @@ def _family(cfg: Mapping[str, Any], source: str) -> ModuleType:
     return FAMILIES[kind]
 
 
+WEIGHT_FILES = (("model.safetensors", "model.safetensors.index.json"),
+                ("pytorch_model.bin", "pytorch_model.bin.index.json"))  # in the order they are looked for
+SHARD = re.compile(r"(model|pytorch_model)-\d+-of-\d+\.(safetensors|bin)")  # transformers' shard names
+
+
+def _shards(index: Path) -> list[str]:
+    """The weight files a sharded checkpoint's ``*.index.json`` lists (``weight_map``: tensor -> file)."""
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map")
+    except (json.JSONDecodeError, AttributeError) as err:
+        raise ValueError(f"{str(index)!r} is not a JSON object with a 'weight_map' ({err})") from None
+    if not isinstance(weight_map, dict) or not all(isinstance(f, str) and "/" not in f for f in weight_map.values()):
+        raise ValueError(f"{str(index)!r} has no valid 'weight_map'; expected {{tensor name: file name in the "
+                         f"folder}}, got {type(weight_map).__name__}")
+    return sorted(set(weight_map.values()))
+
+
 def read_weights(folder: Path) -> dict[str, Tensor]:
     """Every tensor of the folder's weight files (safetensors preferred, then pytorch_model.bin; shards too)."""
-    for name, index in (("model.safetensors", "model.safetensors.index.json"),
-                        ("pytorch_model.bin", "pytorch_model.bin.index.json")):  # fmt: skip
+    for name, index in WEIGHT_FILES:
         if (folder / index).is_file():
-            files = sorted(set(json.loads((folder / index).read_text(encoding="utf-8"))["weight_map"].values()))
+            files = _shards(folder / index)
         elif (folder / name).is_file():
             files = [name]
         else:
@@ -96,7 +124,10 @@ def load_tokenizer(folder: str | Path) -> Any:
         return None
     from tokenizers import Tokenizer  # only needed when the folder has a tokenizer
 
-    return Tokenizer.from_file(str(path))
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as err:  # tokenizers raises its own Exception for a file it cannot parse
+        raise ValueError(f"tokenizer file {str(path)!r} is corrupt or not a tokenizers file ({err})") from None
 
 
 def read_folder(folder: str | Path) -> tuple[ModelConfig, dict[str, Tensor], Any]:
@@ -110,9 +141,17 @@ def read_folder(folder: str | Path) -> tuple[ModelConfig, dict[str, Tensor], Any
     cfg = hf_config(folder)
     source = str(folder / "config.json")
     family = _family(cfg, source)
-    config = family.config_from_hf(cfg, source)
-    state = family.to_companion(read_weights(folder), config)
-    return config, state, load_tokenizer(folder)
+    try:
+        config = family.config_from_hf(cfg, source)
+    except (TypeError, ValueError) as err:  # ModelConfig's own checks name its fields: say which file they came from
+        raise type(err)(str(err) if str(err).startswith(source) else f"{source}: {err}") from None
+    weights = dequantize(read_weights(folder), cfg, source)
+    extra = {"mtp_layers": cfg.get("num_nextn_predict_layers") or 0} if family is deepseek_v3 else {}
+    state = family.to_companion(weights, config, **extra)
+    tokenizer = load_tokenizer(folder)
+    if tokenizer is not None:
+        check_tokenizer_fits(tokenizer, config, str(folder / "tokenizer.json"))
+    return config, state, tokenizer
 
 
 def family_of(config: ModelConfig) -> str:
@@ -143,10 +182,22 @@ def write_folder(
     ``tokenizer_config.json`` and ``generation_config.json`` (:mod:`companion.models.hf.tokenizer_files`).
     The folder is created if needed; each file is written atomically.
 
-    Raises, before writing anything: ``ValueError`` for a config that fits no family in :data:`FAMILIES`;
-    ``ModuleNotFoundError`` naming the package to install when ``safetensors`` (or, for a tokenizer,
-    ``tokenizers``) is missing.
+    Over an earlier save, what this one supersedes is removed once the new weights are in place: the other
+    weights format, a sharded checkpoint (its ``*.index.json`` and shards), and the tokenizer files this save
+    does not write (:data:`~companion.models.hf.tokenizer_files.TOKENIZER_FILES`: all of them without a
+    tokenizer), so that ``from_pretrained`` and ``transformers`` read back this model and nothing of the one
+    before. Other files in the folder are left alone.
+
+    Raises, before writing anything: ``ValueError`` for a config that fits no family in :data:`FAMILIES`, a
+    state with unmerged LoRA adapters, or a tokenizer with ids beyond ``config.vocab_size``;
+    ``NotADirectoryError`` when ``folder`` is a file; ``ModuleNotFoundError`` naming the package to install
+    when ``safetensors`` (or, for a tokenizer, ``tokenizers``) is missing.
     """
+    folder = _save_folder(folder)
+    adapters = sorted(k for k in state if ".lora_" in k)
+    if adapters:
+        raise ValueError(f"the model has unmerged LoRA adapters ({adapters[0]}, ...); call "
+                         "companion.finetune.merge_lora(model) first: a Hugging Face folder holds plain weights")
     kind = family_of(config)
     family = FAMILIES[kind]
     theirs = family.from_companion(state, config)
@@ -160,17 +211,51 @@ def write_folder(
                                       "installed: pip install safetensors, or pass safe_serialization=False to write "
                                       "pytorch_model.bin") from None
     hf_tokenizer = as_hf_tokenizer(tokenizer) if tokenizer is not None else None
-    folder = Path(folder)
+    if hf_tokenizer is not None:
+        check_tokenizer_fits(hf_tokenizer, config, "tokenizer")
     folder.mkdir(parents=True, exist_ok=True)
-    if safe_serialization:
-        with atomic_write(folder / "model.safetensors") as tmp:
+    weights = "model.safetensors" if safe_serialization else "pytorch_model.bin"
+    with atomic_write(folder / weights) as tmp:
+        if safe_serialization:
             save_file(theirs, str(tmp), metadata={"format": "pt"})
-    else:
-        with atomic_write(folder / "pytorch_model.bin") as tmp:
+        else:
             torch.save(theirs, tmp)
+    _remove(folder, _weight_files(folder) - {weights})
     cfg = family.config_to_hf(config)
     if hf_tokenizer is not None:
         cfg.update(tokenizer_ids(hf_tokenizer))  # the beginning/end-of-text ids, as the tokenizer names them
     atomic_write_text(folder / "config.json", json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-    if hf_tokenizer is not None:
-        write_tokenizer_files(folder, hf_tokenizer, config)
+    written = write_tokenizer_files(folder, hf_tokenizer, config) if hf_tokenizer is not None else []
+    _remove(folder, set(TOKENIZER_FILES) - set(written))
+
+
+def _save_folder(folder: Any) -> Path:
+    if not isinstance(folder, (str, os.PathLike)):
+        raise TypeError(f"folder must be a str or os.PathLike, got {type(folder).__name__}")
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"folder={str(folder)!r} is a file; expected a folder (or a new name) to write "
+                                 "config.json and the weights into")
+    return folder
+
+
+def _weight_files(folder: Path) -> set[str]:
+    """Every weights file of a Hugging Face folder: single files, indexes and the shards they (or the usual
+    shard names) point to."""
+    found = {p.name for p in folder.iterdir() if SHARD.fullmatch(p.name)}
+    for name, index in WEIGHT_FILES:
+        found |= {name, index}
+        if (folder / index).is_file():
+            try:
+                found |= {f for f in _shards(folder / index) if f.endswith((".safetensors", ".bin"))}
+            except ValueError:
+                pass  # a broken index goes anyway; its shards, if named as usual, were found above
+    return found
+
+
+def _remove(folder: Path, names: set[str]) -> None:
+    """Delete the files ``names`` of ``folder`` that exist, indexes before the shards they list."""
+    for name in sorted(names, key=lambda n: (not n.endswith(".json"), n)):
+        path = folder / name
+        if path.is_file():
+            path.unlink()

@@ -19,7 +19,15 @@ import torch
 from torch import Tensor
 
 from companion.models.config import ModelConfig
-from companion.models.hf.common import Weights, check_depth, count_layers, modern_differences, strip_prefix
+from companion.models.hf.common import (
+    Weights,
+    check_depth,
+    count_layers,
+    modern_differences,
+    need,
+    strip_prefix,
+    tied_head,
+)
 
 __all__ = [
     "config_from_hf", "config_from_state_dict", "config_to_hf", "from_companion", "shape_differences", "to_companion",
@@ -30,28 +38,23 @@ LAYER = r"h\.(\d+)\."  # layer index in the (prefix-stripped) checkpoint names
 # Hugging Face activation names <-> ModelConfig.activation ("gelu_new" is GPT-2's tanh approximation)
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
 ACTIVATION_NAMES = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
-
-
-def _need(cfg: Mapping[str, Any], key: str, source: str) -> Any:
-    if key not in cfg:
-        raise ValueError(f"{source} has no {key!r}; is it a Hugging Face {cfg.get('model_type', '?')} config?")
-    return cfg[key]
+BUFFERS = r"h\.\d+\.attn\.(bias|masked_bias)"  # the causal-mask buffers older checkpoints saved: nothing to load
 
 
 def config_from_hf(cfg: Mapping[str, Any], source: str = "config.json") -> ModelConfig:
     """The ``ModelConfig`` of a GPT-2 ``config.json`` (dropout 0: a loaded model is for inference)."""
-    act = _need(cfg, "activation_function", source)
+    act = need(cfg, "activation_function", source, str)
     if act not in ACTIVATIONS:
         raise ValueError(
             f"{source}: activation_function={act!r} is not supported; expected one of {sorted(ACTIVATIONS)}"
         )
     if not cfg.get("scale_attn_weights", True) or cfg.get("scale_attn_by_inverse_layer_idx", False):
         raise ValueError(f"{source}: only GPT-2's standard 1/sqrt(D_h) attention scaling is supported")
-    d = _need(cfg, "n_embd", source)
+    d = need(cfg, "n_embd", source)
     return ModelConfig.gpt2_small(
-        vocab_size=_need(cfg, "vocab_size", source), d_model=d, n_heads=_need(cfg, "n_head", source),
-        n_layers=_need(cfg, "n_layer", source), d_ff=cfg.get("n_inner") or 4 * d,
-        max_seq_len=_need(cfg, "n_positions", source), norm_eps=cfg.get("layer_norm_epsilon", 1e-5),
+        vocab_size=need(cfg, "vocab_size", source), d_model=d, n_heads=need(cfg, "n_head", source),
+        n_layers=need(cfg, "n_layer", source), d_ff=cfg.get("n_inner") or 4 * d,
+        max_seq_len=need(cfg, "n_positions", source), norm_eps=cfg.get("layer_norm_epsilon", 1e-5),
         activation=ACTIVATIONS[act], tie_embeddings=cfg.get("tie_word_embeddings", True), dropout=0.0,
     )  # fmt: skip
 
@@ -73,7 +76,7 @@ def shape_differences(c: ModelConfig) -> list[str]:
     """The fields in which ``c`` differs from a GPT-2-shaped model (empty: it can be saved as GPT-2)."""
     wanted = {"norm_placement": ("pre",), "final_norm": (True,), "embed_norm": (False,), "embed_scale": (False,),
               "sliding_window": (None,), "positions": ("learned",), "norm": ("layernorm",), "bias": (True,),
-              "n_kv_heads": (c.n_heads,), "activation": tuple(ACTIVATION_NAMES)}  # fmt: skip
+              "n_kv_heads": (c.n_heads,), "activation": tuple(ACTIVATION_NAMES), "type_vocab_size": (0,)}  # fmt: skip
     return [f"{k}={getattr(c, k)!r}" for k, v in wanted.items() if getattr(c, k) not in v] + modern_differences(c)
 
 
@@ -100,6 +103,8 @@ def to_companion(sd: Mapping[str, Tensor], config: ModelConfig) -> dict[str, Ten
     }
     if not config.tie_embeddings:  # GPT-2 ties its head to wte; an untied copy starts from the same matrix
         ours["lm_head.weight"] = sd["lm_head.weight"] if "lm_head.weight" in sd else sd["wte.weight"]
+    else:
+        tied_head(sd, "lm_head.weight", "wte.weight")
     for i in range(config.n_layers):
         h, o = f"h.{i}.", f"layers.{i}."
         # Conv1D stores (in, out); nn.Linear wants (out, in): transpose every matrix.
@@ -120,6 +125,7 @@ def to_companion(sd: Mapping[str, Tensor], config: ModelConfig) -> dict[str, Ten
             o + "ffn.down_proj.weight": sd[h + "mlp.c_proj.weight"].t(),
             o + "ffn.down_proj.bias": sd[h + "mlp.c_proj.bias"],
         }  # fmt: skip
+    sd.refuse_unread(BUFFERS)
     return ours
 
 

@@ -17,11 +17,14 @@ from torch import Tensor
 
 from companion.models.config import ModelConfig
 from companion.models.hf.common import (
+    ROTARY_BUFFERS,
     Weights,
     check_depth,
     modern_differences,
+    need,
     outer_from_companion,
     outer_to_companion,
+    rope_settings,
 )
 
 __all__ = ["config_from_hf", "config_to_hf", "from_companion", "shape_differences", "to_companion"]
@@ -35,25 +38,17 @@ NAMES = {  # ours -> theirs, inside layers.{i} / model.layers.{i}
 }  # fmt: skip
 
 
-def _need(cfg: Mapping[str, Any], key: str, source: str) -> Any:
-    if key not in cfg:
-        raise ValueError(f"{source} has no {key!r}; is it a Hugging Face {cfg.get('model_type', '?')} config?")
-    return cfg[key]
-
-
 def config_from_hf(cfg: Mapping[str, Any], source: str = "config.json") -> ModelConfig:
     """The ``ModelConfig`` of a Llama ``config.json`` (dropout 0: a loaded model is for inference)."""
     if cfg.get("hidden_act", "silu") != "silu":
         raise ValueError(f"{source}: hidden_act={cfg['hidden_act']!r} is not supported; expected 'silu' (SwiGLU)")
     if cfg.get("attention_bias") or cfg.get("mlp_bias"):
         raise ValueError(f"{source}: attention_bias/mlp_bias are not supported (ModelConfig.bias covers norms too)")
-    d, heads = _need(cfg, "hidden_size", source), _need(cfg, "num_attention_heads", source)
+    d, heads = need(cfg, "hidden_size", source), need(cfg, "num_attention_heads", source)
     if cfg.get("head_dim") not in (None, d // heads):
         raise ValueError(f"{source}: head_dim={cfg['head_dim']} differs from hidden_size / num_attention_heads "
                          f"= {d // heads}; ModelConfig derives the head width from d_model")
-    rope = dict(cfg.get("rope_parameters") or {})  # transformers >= 5 groups the RoPE settings here
-    scaling = cfg.get("rope_scaling") or ({} if rope.get("rope_type", "default") == "default" else rope)
-    theta = cfg.get("rope_theta", rope.get("rope_theta", 10000.0))
+    theta, scaling = rope_settings(cfg)
     extra: dict[str, Any] = {}
     if scaling:
         kind = scaling.get("rope_type", scaling.get("type"))
@@ -61,10 +56,10 @@ def config_from_hf(cfg: Mapping[str, Any], source: str = "config.json") -> Model
             raise ValueError(f"{source}: rope scaling {kind!r} is not supported; expected none or 'linear'")
         extra = {"rope_scaling": "linear", "rope_factor": float(scaling["factor"])}
     return ModelConfig.llama(
-        vocab_size=_need(cfg, "vocab_size", source), d_model=d, n_heads=heads,
-        n_kv_heads=cfg.get("num_key_value_heads") or heads, n_layers=_need(cfg, "num_hidden_layers", source),
-        d_ff=_need(cfg, "intermediate_size", source), max_seq_len=_need(cfg, "max_position_embeddings", source),
-        rope_base=float(theta), norm_eps=cfg.get("rms_norm_eps", 1e-6),
+        vocab_size=need(cfg, "vocab_size", source), d_model=d, n_heads=heads,
+        n_kv_heads=cfg.get("num_key_value_heads") or heads, n_layers=need(cfg, "num_hidden_layers", source),
+        d_ff=need(cfg, "intermediate_size", source), max_seq_len=need(cfg, "max_position_embeddings", source),
+        rope_base=theta, norm_eps=cfg.get("rms_norm_eps", 1e-6),
         tie_embeddings=cfg.get("tie_word_embeddings", False), dropout=0.0, **extra,
     )  # fmt: skip
 
@@ -91,7 +86,8 @@ def shape_differences(c: ModelConfig) -> list[str]:
     """The fields in which ``c`` differs from a Llama-shaped model (empty: it can be saved as Llama)."""
     wanted = {"norm_placement": ("pre",), "final_norm": (True,), "embed_norm": (False,), "embed_scale": (False,),
               "sliding_window": (None,), "positions": ("rope",), "rope_pairing": ("half",), "norm": ("rmsnorm",),
-              "bias": (False,), "activation": ("swiglu",), "rope_scaling": (None, "linear")}  # fmt: skip
+              "bias": (False,), "activation": ("swiglu",), "rope_scaling": (None, "linear"),
+              "type_vocab_size": (0,)}  # fmt: skip
     return [f"{k}={getattr(c, k)!r}" for k, v in wanted.items() if getattr(c, k) not in v] + modern_differences(c)
 
 
@@ -116,6 +112,7 @@ def to_companion(sd: Mapping[str, Tensor], config: ModelConfig) -> dict[str, Ten
                 key = f"model.layers.{i}.{theirs}.{kind}"
                 if key in sd:
                     ours[f"layers.{i}.{mine}.{kind}"] = sd[key]
+    sd.refuse_unread(ROTARY_BUFFERS)
     return ours
 
 

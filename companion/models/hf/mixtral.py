@@ -5,7 +5,8 @@ experts whose matrices the checkpoints call ``w1`` (gate), ``w3`` (up) and ``w2`
 ``block_sparse_moe``. transformers 5 fuses them in memory (``mlp.experts.gate_up_proj``, ``down_proj``) and
 writes the per-expert form back to disk; both are read here, the per-expert form is written. Routing: softmax
 over the E logits, the top k, renormalised to sum to 1 (``ModelConfig.router="softmax"``). The router's
-training-time jitter (``router_jitter_noise``) does not change a loaded model's logits and is not kept.
+training-time jitter (``router_jitter_noise``) does not change a loaded model's logits and is not kept. A
+``config.json`` without ``rope_theta`` means θ = 10⁶, as ``transformers.MixtralConfig`` has it.
 
 Checked against ``transformers.MixtralForCausalLM`` from random weights, with and without a sliding window
 (tests/test_hf_families.py).
@@ -22,6 +23,7 @@ from companion.models.config import ModelConfig
 from companion.models.hf import llama
 from companion.models.hf.common import (
     LLAMA_SHAPE,
+    ROTARY_BUFFERS,
     Weights,
     check_depth,
     differences,
@@ -52,7 +54,7 @@ def config_from_hf(cfg: Mapping[str, Any], source: str = "config.json") -> Model
         vocab_size=need(cfg, "vocab_size", source), d_model=d, n_heads=heads,
         n_kv_heads=cfg.get("num_key_value_heads") or heads, n_layers=need(cfg, "num_hidden_layers", source),
         d_ff=width, d_expert=width, max_seq_len=need(cfg, "max_position_embeddings", source),
-        rope_base=plain_rope_theta(cfg, source), norm_eps=cfg.get("rms_norm_eps", 1e-5),
+        rope_base=plain_rope_theta(cfg, source, default=1e6), norm_eps=cfg.get("rms_norm_eps", 1e-5),
         tie_embeddings=cfg.get("tie_word_embeddings", False), sliding_window=cfg.get("sliding_window"),
         n_experts=need(cfg, "num_local_experts", source), n_experts_per_token=need(cfg, "num_experts_per_tok", source),
         d_head=None if head_dim in (None, d // heads) else head_dim, dropout=0.0,
@@ -97,6 +99,7 @@ def to_companion(sd: Mapping[str, Tensor], config: ModelConfig) -> dict[str, Ten
         for j in range(config.n_experts):
             for name, w in zip(("gate_proj", "up_proj", "down_proj"), expert_weights(sd, moe + "experts.", j, EXPERT)):
                 ours[f"layers.{i}.ffn.experts.{j}.{name}.weight"] = w
+    sd.refuse_unread(ROTARY_BUFFERS)
     return ours
 
 

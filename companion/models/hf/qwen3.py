@@ -20,6 +20,7 @@ from companion.models.config import ModelConfig
 from companion.models.hf import llama
 from companion.models.hf.common import (
     LLAMA_SHAPE,
+    ROTARY_BUFFERS,
     Weights,
     check_depth,
     differences,
@@ -81,7 +82,9 @@ def to_companion(sd: Mapping[str, Tensor], config: ModelConfig) -> dict[str, Ten
     """A ``Qwen3ForCausalLM`` state dict under ``companion.models.GPT``'s names."""
     sd = Weights(sd, SOURCE)
     check_depth(sd, r"model\.layers\.(\d+)\.", config, SOURCE)
-    return outer_to_companion(sd, config) | rename_layers(sd, NAMES, config.n_layers, to_ours=True)
+    ours = outer_to_companion(sd, config) | rename_layers(sd, NAMES, config.n_layers, to_ours=True)
+    sd.refuse_unread(ROTARY_BUFFERS)
+    return ours
 
 
 def from_companion(sd: Mapping[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:

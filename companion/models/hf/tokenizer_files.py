@@ -29,7 +29,12 @@ from companion.models.config import ModelConfig
 from companion.tokens import BPETokenizer, CharTokenizer
 from companion.tokens.hf_export import special_token_roles, to_hf_tokenizer
 
-__all__ = ["as_hf_tokenizer", "tokenizer_ids", "write_tokenizer_files"]
+__all__ = ["TOKENIZER_FILES", "as_hf_tokenizer", "check_tokenizer_fits", "tokenizer_ids", "write_tokenizer_files"]
+
+# The files of a folder that transformers' tokenizer and generation settings are read from: the three written
+# here, and those of other tokenizers that AutoTokenizer would read beside them (a save removes the stale ones).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json",
+                   "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model")  # fmt: skip
 
 
 def as_hf_tokenizer(tokenizer: Any) -> Any:
@@ -56,8 +61,23 @@ def tokenizer_ids(hf: Any) -> dict[str, int | None]:
     return {f"{role}_token_id": (found[1] if found else None) for role, found in roles.items()}
 
 
-def write_tokenizer_files(folder: Path, hf: Any, config: ModelConfig) -> None:
-    """Write the three files into ``folder`` (atomically), for ``hf`` from :func:`as_hf_tokenizer`."""
+def check_tokenizer_fits(hf: Any, config: ModelConfig, name: str) -> None:
+    """``ValueError`` unless every id of the tokenizer ``hf`` has a row in the model's token table."""
+    get_vocab = getattr(hf, "get_vocab", None)
+    if get_vocab is None:
+        return
+    vocab = get_vocab(with_added_tokens=True)
+    top = max(vocab.values(), default=-1)
+    if top >= config.vocab_size:
+        token = min((t for t, i in vocab.items() if i >= config.vocab_size), key=vocab.get)
+        raise ValueError(f"{name} has {len(vocab)} tokens with ids up to {top} ({token!r} is "
+                         f"{vocab[token]}), but the model's token table has vocab_size={config.vocab_size} rows; "
+                         "expected every id < vocab_size")
+
+
+def write_tokenizer_files(folder: Path, hf: Any, config: ModelConfig) -> list[str]:
+    """Write the three files into ``folder`` (atomically), for ``hf`` from :func:`as_hf_tokenizer`; returns
+    the names written (``generation_config.json`` only for a tokenizer with an end-of-text token)."""
     roles = special_token_roles(_specials(hf))
     atomic_write_text(folder / "tokenizer.json", hf.to_str())
     tokenizer_config = {
@@ -71,5 +91,7 @@ def write_tokenizer_files(folder: Path, hf: Any, config: ModelConfig) -> None:
     ids = tokenizer_ids(hf)
     generation = {**ids, "pad_token_id": ids["eos_token_id"]}
     generation = {k: v for k, v in generation.items() if v is not None}
-    if generation:  # a tokenizer without an end-of-text token leaves transformers' defaults
-        atomic_write_text(folder / "generation_config.json", json.dumps(generation, indent=2, sort_keys=True) + "\n")
+    if not generation:  # a tokenizer without an end-of-text token leaves transformers' defaults
+        return ["tokenizer.json", "tokenizer_config.json"]
+    atomic_write_text(folder / "generation_config.json", json.dumps(generation, indent=2, sort_keys=True) + "\n")
+    return ["tokenizer.json", "tokenizer_config.json", "generation_config.json"]

@@ -9,7 +9,9 @@ Three facts about the checkpoint matter:
   names of the published checkpoints (``vit.encoder.layer.{i}.attention.attention.query``,
   ``intermediate.dense``); both are read.
 
-Checked against ``transformers.ViTForImageClassification`` from random weights (tests/test_vit.py).
+A checkpoint without q/k/v biases (``ViTConfig(qkv_bias=False)``) loads with zero biases there, which compute
+the same function. Checked against ``transformers.ViTForImageClassification`` from random weights
+(tests/test_vit.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import math
 import re
 from collections.abc import Mapping
 
+import torch
 from torch import Tensor
 
 from companion.models.config import ModelConfig
@@ -26,7 +29,9 @@ from companion.models.hf.common import Weights, check_depth, count_layers
 __all__ = ["SOURCE", "config_from_state_dict", "num_labels_of", "to_companion"]
 
 SOURCE = "ViT"
-HEAD_WIDTH = 64  # D_h of the published ViTs (B: 768 / 12, L: 1024 / 16, H: 1280 / 16), used when no config is given
+HEAD_WIDTH = 64  # D_h of the published ViTs (Ti 192 / 3, S 384 / 6, B 768 / 12, L 1024 / 16), when no config is given
+WIDER_HEADS = {1280: 16}  # the exception: ViT-H/14 has 16 heads of width 80
+QKV = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
 LAYOUTS = {  # checkpoint layer prefix -> ours -> theirs inside one layer
     "vit.encoder.layer.": {  # the published checkpoints, transformers < 5
         "self_attn.q_proj": "attention.attention.query", "self_attn.k_proj": "attention.attention.key",
@@ -76,7 +81,7 @@ def config_from_state_dict(sd: Mapping[str, Tensor]) -> ModelConfig:
     prefix = _layout(sd)
     up = LAYOUTS[prefix]["ffn.up_proj"]
     return ModelConfig.vit(
-        d_model=d, n_heads=d // HEAD_WIDTH, n_layers=count_layers(sd, _layer_pattern(prefix)),
+        d_model=d, n_heads=WIDER_HEADS.get(d, d // HEAD_WIDTH), n_layers=count_layers(sd, _layer_pattern(prefix)),
         d_ff=w[f"{prefix}0.{up}.weight"].shape[0], image_size=side * p, patch_size=p, num_channels=channels,
     )  # fmt: skip
 
@@ -95,8 +100,15 @@ def to_companion(sd: Mapping[str, Tensor], config: ModelConfig) -> dict[str, Ten
         "norm.weight": w["vit.layernorm.weight"], "norm.bias": w["vit.layernorm.bias"],
         "head.weight": w["classifier.weight"], "head.bias": w["classifier.bias"],
     }  # fmt: skip
+    names = LAYOUTS[prefix]
+    qkv_bias = f"{prefix}0.{names['self_attn.q_proj']}.bias" in w  # False for ViTConfig(qkv_bias=False)
     for i in range(config.n_layers):
-        for mine, theirs in LAYOUTS[prefix].items():
+        for mine, theirs in names.items():
             for part in ("weight", "bias"):
-                ours[f"layers.{i}.{mine}.{part}"] = w[f"{prefix}{i}.{theirs}.{part}"]
+                key = f"{prefix}{i}.{theirs}.{part}"
+                if part == "bias" and mine in QKV and not qkv_bias:  # a zero bias adds nothing: the same model
+                    ours[f"layers.{i}.{mine}.bias"] = torch.zeros(w[f"{prefix}{i}.{theirs}.weight"].shape[0])
+                else:
+                    ours[f"layers.{i}.{mine}.{part}"] = w[key]
+    w.refuse_unread()
     return ours
