@@ -44,8 +44,9 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import pkgutil
-import random
 from typing import Any
+
+from companion.experiments import seed_everything
 
 __version__ = "0.1.0"
 
@@ -63,23 +64,6 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     submodules = [m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")]
     return sorted({*globals(), *submodules})
-
-
-def seed_everything(seed: int = 0) -> None:
-    """Seed Python's, NumPy's and torch's random generators with ``seed`` (an int in [0, 2**32)).
-
-    The range is NumPy's; it is checked before anything is seeded, so a bad seed changes no generator.
-    """
-    import numpy as np
-    import torch
-
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {seed!r}")
-    if not 0 <= seed < 2**32:
-        raise ValueError(f"seed={seed} is out of range; expected 0 <= seed < 2**32 (NumPy's limit)")
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def setup_notebook(seed: int = 0, precision: int = 4) -> None:

@@ -8,7 +8,7 @@ is larger than the spread. This module is the one place the chapters do that::
 
     dense = over_seeds(lambda seed: train_dense(seed), seeds=range(3), name="dense")
     moe = over_seeds(lambda seed: train_moe(seed), seeds=range(3), name="MoE")
-    print(table([dense, moe]))            # name, mean ± sd, min–max, n
+    print(runs_table([dense, moe]))          # name, mean ± sd, min–max, n
     print(compare(dense, moe))            # the verdict in words: a clear difference, or none
     assert_clear(dense, moe)              # a comparison the prose relies on, checked on every machine
 
@@ -24,12 +24,30 @@ Checked against: ``statistics.mean`` and ``statistics.stdev`` (sample standard d
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Runs", "Comparison", "over_seeds", "table", "compare", "assert_clear"]
+__all__ = ["Runs", "Comparison", "seed_everything", "over_seeds", "runs_table", "compare", "assert_clear"]
+
+
+def seed_everything(seed: int = 0) -> None:
+    """Seed Python's, NumPy's and torch's random generators with ``seed`` (an int in [0, 2**32)).
+
+    The range is NumPy's; it is checked before anything is seeded, so a bad seed changes no generator.
+    """
+    import numpy as np
+    import torch
+
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {seed!r}")
+    if not 0 <= seed < 2**32:
+        raise ValueError(f"seed={seed} is out of range; expected 0 <= seed < 2**32 (NumPy's limit)")
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
 
 
 @dataclass(frozen=True)
@@ -82,6 +100,10 @@ class Runs:
     def high(self) -> float:
         return max(self.values)
 
+    def renamed(self, name: str) -> Runs:
+        """The same results under another name (for a table whose rows are settings of one measure)."""
+        return Runs(name, self.values, self.seeds)
+
     def describe(self, digits: int = 3) -> str:
         """``"3.201 ± 0.012 (3.19–3.21, n=3)"``."""
         f = f".{digits}f"
@@ -119,8 +141,6 @@ def over_seeds(
     Raises:
         TypeError / ValueError: bad ``fn``, ``seeds`` or a result that is not a finite number.
     """
-    from companion import seed_everything
-
     if not callable(fn):
         raise TypeError(f"fn must be callable (seed -> number), got {type(fn).__name__}")
     seeds = _check_seeds(seeds)
@@ -148,18 +168,21 @@ def _as_float(name: str, seed: int, value: Any) -> float:
     return float(value)
 
 
-def table(runs: Sequence[Runs] | Mapping[str, Runs], digits: int = 3, unit: str = "") -> str:
+def runs_table(runs: Sequence[Runs] | Mapping[str, Runs], digits: int = 3, unit: str = "") -> str:
     """A plain-text table: one row per setting with its mean ± sd, its range and its number of seeds."""
     rows = list(runs.values()) if isinstance(runs, Mapping) else list(runs)
     if not rows or not all(isinstance(r, Runs) for r in rows):
         raise TypeError("runs must be a non-empty sequence (or mapping) of Runs")
+    if isinstance(digits, bool) or not isinstance(digits, int) or digits < 0:
+        raise ValueError(f"digits={digits!r} is invalid; expected an int >= 0")
     f = f".{digits}f"
-    width = max(len("setting"), *(len(r.name) for r in rows))
-    head = f"{'setting':{width}s}  {'mean ± sd' + (' ' + unit if unit else ''):>{2 * digits + 9}s}  range"
-    lines = [head]
-    for r in rows:
-        lines.append(f"{r.name:{width}s}  {r.mean:{2 + digits + 2}{f}} ± {r.sd:<{digits + 2}{f}}  "
-                     f"{r.low:{f}}–{r.high:{f}} (n={r.n})")
+    cells = [(r.name, f"{r.mean:{f}} ± {r.sd:{f}}", f"{r.low:{f}}–{r.high:{f}}", f"{r.n}") for r in rows]
+    head = ("setting", "mean ± sd" + (f" ({unit})" if unit else ""), "min–max", "seeds")
+    widths = [max(len(row[k]) for row in [head, *cells]) for k in range(4)]
+    lines = []
+    for row in [head, *cells]:
+        name, *numbers = row
+        lines.append("  ".join([name.ljust(widths[0]), *(x.rjust(w) for x, w in zip(numbers, widths[1:]))]))
     return "\n".join(lines)
 
 
@@ -206,8 +229,8 @@ def compare(a: Runs, b: Runs, lower_is_better: bool = True) -> Comparison:
     return Comparison(better, worse, abs(a.mean - b.mean), clear, lower_is_better)
 
 
-def assert_clear(better: Runs, worse: Runs, lower_is_better: bool = True) -> Comparison:
-    """Assert that ``better`` beats ``worse`` beyond the spread; return the comparison.
+def assert_clear(better: Runs, worse: Runs, lower_is_better: bool = True) -> None:
+    """Assert that ``better`` beats ``worse`` beyond the spread.
 
     Raises:
         AssertionError: the difference is in the other direction or within the spread; the message holds both
@@ -216,5 +239,4 @@ def assert_clear(better: Runs, worse: Runs, lower_is_better: bool = True) -> Com
     result = compare(better, worse, lower_is_better)
     if not (result.clear and result.better is better):
         raise AssertionError(f"expected {better.name} to beat {worse.name} beyond the spread; got: {result}\n"
-                             + table([better, worse]))
-    return result
+                             + runs_table([better, worse]))

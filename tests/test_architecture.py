@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1] / "companion"
 
 # Low to high. A module may import its own area and the areas of the same or a lower layer, never a higher one.
 LAYERS = [
-    {"_checks", "_files", "timing"},
+    {"_checks", "_files", "timing", "experiments"},
     {"tokens", "embeddings", "masks", "positions", "layers", "moe", "packing", "scratch", "plots", "scaling", "data"},
     {"attention"},
     {"models"},

@@ -6,7 +6,7 @@ import statistics
 import pytest
 import torch
 
-from companion.experiments import Runs, assert_clear, compare, over_seeds, table
+from companion.experiments import Runs, assert_clear, compare, over_seeds, runs_table
 
 
 def test_over_seeds_seeds_every_generator_and_matches_statistics():
@@ -45,7 +45,8 @@ def test_verdict_is_clear_only_when_ranges_separate():
     assert not compare(a, c).clear
     assert "no clear difference" in str(compare(a, c))
     assert compare(a, b, lower_is_better=False).better is b
-    assert assert_clear(a, b).gap == pytest.approx(0.3)
+    assert_clear(a, b)
+    assert compare(a, b).gap == pytest.approx(0.3)
     with pytest.raises(AssertionError, match="expected c to beat a"):
         assert_clear(c, a)
     with pytest.raises(AssertionError, match="their runs overlap"):
@@ -54,8 +55,9 @@ def test_verdict_is_clear_only_when_ranges_separate():
 
 def test_table_lists_each_setting_with_its_spread():
     a = Runs("dense", (3.2, 3.21, 3.19), (0, 1, 2))
-    text = table([a, Runs("MoE", (3.3, 3.25, 3.27), (0, 1, 2))], digits=2)
-    assert "dense" in text and "3.20 ± 0.01" in text and "3.19–3.21 (n=3)" in text
+    text = runs_table([a, Runs("MoE", (3.3, 3.25, 3.27), (0, 1, 2))], digits=2)
+    assert "dense" in text and "3.20 ± 0.01" in text and "3.19–3.21" in text
+    assert text.splitlines()[0].startswith("setting")
     assert len(text.splitlines()) == 3
 
 
@@ -73,7 +75,7 @@ def test_table_lists_each_setting_with_its_spread():
         (lambda: Runs("a", (), ()), ValueError, "has no values"),
         (lambda: Runs("a", (1.0,), (0, 1)), ValueError, "one per seed"),
         (lambda: compare(1.0, Runs("a", (1.0,), (0,))), TypeError, "a must be Runs"),
-        (lambda: table([]), TypeError, "non-empty"),
+        (lambda: runs_table([]), TypeError, "non-empty"),
     ],
 )
 def test_bad_input_is_named(call, error, match):
