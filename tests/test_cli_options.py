@@ -181,6 +181,10 @@ def test_the_default_vocabulary_follows_the_script(tmp_path: Path, capsys) -> No
     size, why = default_vocab_size(CHINESE)
     assert size == WIDE_SCRIPT_VOCAB and "three or four bytes" in why
     assert default_vocab_size("café " * 100)[0] == DEFAULT_VOCAB  # two-byte letters: an alphabet
+    # 40 % of the bytes in Chinese is only 18 % of the characters: the bytes decide (issue 31.5)
+    mixed = "注意力机" + " attention, all of it"[:18]  # 4 Chinese characters (12 bytes) and 18 ASCII bytes
+    assert len(mixed.encode("utf-8")) == 30 and sum(1 for ch in mixed if ord(ch) >= 0x800) / len(mixed) < 0.2
+    assert default_vocab_size(mixed * 50)[0] == WIDE_SCRIPT_VOCAB
     (tmp_path / "zh.txt").write_text(CHINESE, encoding="utf-8")
     assert train(tmp_path / "zh.txt", "--out", tmp_path / "run", *BPE_TINY, "--steps", "1") == 0
     assert f"BPE vocabulary {WIDE_SCRIPT_VOCAB:,} (--vocab-size left out" in capsys.readouterr().out

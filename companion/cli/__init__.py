@@ -43,7 +43,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = ["UsageError", "ArgumentParser", "run_main", "number_type", "positive_int", "non_negative_int",
-           "positive_float", "EXIT_OK", "EXIT_OS_ERROR", "EXIT_USAGE", "EXIT_INTERRUPTED"]  # fmt: skip
+           "positive_float", "seed_int", "encode_for", "EXIT_OK", "EXIT_OS_ERROR", "EXIT_USAGE",
+           "EXIT_INTERRUPTED"]  # fmt: skip
 
 EXIT_OK, EXIT_OS_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130  # 130 = 128 + SIGINT, the shell convention
 
@@ -79,6 +80,22 @@ def number_type(kind: str, convert: Callable[[str], Any], ok: Callable[[Any], bo
 positive_int = number_type("an integer >= 1", int, lambda v: v >= 1)
 non_negative_int = number_type("an integer >= 0", int, lambda v: v >= 0)
 positive_float = number_type("a finite number > 0", float, lambda v: math.isfinite(v) and v > 0)
+seed_int = number_type("an integer in [0, 2**32)", int, lambda v: 0 <= v < 1 << 32)  # what NumPy's seed takes
+
+
+def encode_for(tokenizer: Any, text: str, what: str, whose: str = "the run's tokenizer") -> list[int]:
+    """``tokenizer.encode(text)``; a ``ValueError`` naming ``what`` (e.g. "the prompt") if it cannot encode it.
+
+    A character tokenizer refuses a character it never saw; its Python API offers ``unk_token`` for that, which
+    the command line has no flag for, so the message says what a user of the commands can do instead.
+    """
+    try:
+        return tokenizer.encode(text)
+    except ValueError as err:
+        reason = str(err).replace(", or give unk_token", "")
+        raise ValueError(f"{whose} cannot encode {what}: {reason}; a character tokenizer knows "
+                         "only the characters of its training text (remove the character, or train with "
+                         "companion-train --tokenizer bpe, the default, which encodes any text)") from None
 
 
 def run_main(prog: str, body: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None) -> int:

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from companion.cli import encode_for
 from companion.cli.run_folder import CHECKPOINT, load_run
 from companion.data import HFTokenizer, Tokenizer
 from companion.models import GPT, ModelConfig
@@ -76,10 +77,7 @@ def encode_text(source: Source, text: str, name: str) -> np.ndarray:
     Shapes: -> (N,) int64.
     """
     where = f"the tokenizer of --init-from {str(source.folder)!r}"
-    try:
-        ids = source.tokenizer.encode(text)
-    except ValueError as err:  # CharTokenizer names the first character it does not know
-        raise ValueError(f"{where} cannot encode {name!r}: {err}") from None
+    ids = encode_for(source.tokenizer, text, repr(name), whose=where)  # a CharTokenizer names the character
     decoded = source.tokenizer.decode(ids)
     if decoded != text:
         at = next((i for i, (a, b) in enumerate(zip(decoded, text)) if a != b), min(len(decoded), len(text)))

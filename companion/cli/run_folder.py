@@ -68,7 +68,8 @@ def check_out_folder(folder: Path, *, resume: bool) -> None:
     A new run needs a missing or empty folder; ``--resume`` needs a folder holding a checkpoint. Files that
     are not part of a run (anything but ``RUN_FILES``) are never touched: the folder is refused. A new run
     may reuse a folder holding run files but no checkpoint: a run stopped while it was still writing them
-    (tokenizer, token ids), before its first checkpoint, so before any training.
+    (tokenizer, token ids), before its first checkpoint, so before any training. A folder with a ``best.pt``
+    or logged steps but no checkpoint (deleted by hand) holds trained work: refused too.
     """
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"--out {str(folder)!r} is a file; expected a folder (new or holding a run)")
@@ -83,6 +84,23 @@ def check_out_folder(folder: Path, *, resume: bool) -> None:
     if not resume and CHECKPOINT in names:
         raise ValueError(f"--out {str(folder)!r} already holds a training run; pass --resume to continue it, "
                          "or choose a new folder (nothing in it was changed)")
+    evidence = _training_evidence(folder, names)
+    if not resume and evidence:
+        raise ValueError(f"--out {str(folder)!r} holds {' and '.join(evidence)} of a trained run whose {CHECKPOINT} "
+                         "is gone; a new run would overwrite them. Move them away or choose a new folder (nothing "
+                         "in it was changed)")
+
+
+def _training_evidence(folder: Path, names: list[str]) -> list[str]:
+    """What shows that steps were trained in ``folder``: ``best.pt``, rows in ``log.csv``. A run stopped before
+    its first checkpoint has neither (its log holds the header only), so a new run may start over it."""
+    found = [BEST] if BEST in names else []
+    if LOG in names:
+        with open(folder / LOG, encoding="utf-8", errors="replace") as f:
+            rows = sum(1 for line in f if line.strip()) - 1  # the header is not a step
+        if rows > 0:
+            found.append(f"{rows} logged step{'s' if rows != 1 else ''} ({LOG})")
+    return found
 
 
 # --- random-number generator states, as plain tensors and lists (weights_only-loadable) -------------------

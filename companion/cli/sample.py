@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from companion.cli import EXIT_OK, ArgumentParser, UsageError, number_type, positive_int, run_main
+from companion.cli import EXIT_OK, ArgumentParser, UsageError, encode_for, number_type, positive_int, run_main, seed_int
 from companion.cli.machine import DEVICES, device_for, threads
 from companion.cli.run_folder import CHECKPOINTS, TOKENS, Run, load_run
 from companion.data import token_bytes, token_dtype
@@ -54,7 +54,7 @@ def _parser() -> ArgumentParser:
     p.add_argument("--top-k", type=positive_int, default=None, help="sample among the k most likely tokens only")
     p.add_argument("--top-p", type=_number, default=None, help="sample among the most likely tokens of total mass p")
     p.add_argument("--greedy", action="store_true", help="always take the most likely token")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sampler (default 0)")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of the sampler (default 0)")
     p.add_argument("--checkpoint", choices=tuple(CHECKPOINTS), default="latest",
                    help="latest: the last checkpoint (default); best: the lowest validation loss (best.pt)")
     p.add_argument("--valid-utf8", action=argparse.BooleanOptionalAction, default=True,
@@ -95,10 +95,7 @@ def samples(
     if num_samples < 1:
         raise ValueError(f"num_samples={num_samples} is invalid; expected >= 1")
     model, device = run.model, next(run.model.parameters()).device
-    try:
-        ids = run.tokenizer.encode(prompt)
-    except ValueError as err:
-        raise ValueError(f"the prompt cannot be encoded by the run's tokenizer: {err}") from None
+    ids = encode_for(run.tokenizer, prompt, "the prompt")
     if not ids:  # start from the first token of the training text
         ids = [int(np.memmap(run.folder / TOKENS, dtype=token_dtype(model.config.vocab_size), mode="r")[0])]
     window = model.config.max_seq_len

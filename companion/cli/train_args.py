@@ -27,7 +27,15 @@ import argparse
 import math
 from typing import Any
 
-from companion.cli import ArgumentParser, UsageError, non_negative_int, number_type, positive_float, positive_int
+from companion.cli import (
+    ArgumentParser,
+    UsageError,
+    non_negative_int,
+    number_type,
+    positive_float,
+    positive_int,
+    seed_int,
+)
 from companion.cli.machine import DEVICES, DTYPES
 from companion.models import ModelConfig
 from companion.training import TrainConfig
@@ -53,7 +61,6 @@ _TRAIN_FLAGS = {"steps": "--steps", "lr": "--lr", "min_lr_ratio": "--min-lr-rati
                 "grad_clip": "--grad-clip"}  # fmt: skip
 
 
-_seed = number_type("an integer in [0, 2**32)", int, lambda v: 0 <= v < 1 << 32)  # what NumPy's seed takes
 _non_negative_float = number_type("a finite number >= 0", float, lambda v: math.isfinite(v) and v >= 0)
 _ratio = number_type("a number between 0 and 1", float, lambda v: 0 <= v <= 1)
 _beta = number_type("a number in [0, 1)", float, lambda v: 0 <= v < 1)
@@ -96,7 +103,7 @@ def parser() -> ArgumentParser:
     g.add_argument("--beta1", type=_beta, help="Adam β1 (default 0.9)")
     g.add_argument("--beta2", type=_beta, help="Adam β2 (default 0.99)")
     g.add_argument("--grad-clip", type=_non_negative_float, help="clip the gradient norm to this; 0: off (default 1)")
-    g.add_argument("--seed", type=_seed, help="seeds the weights and the batches (default 0)")
+    g.add_argument("--seed", type=seed_int, help="seeds the weights and the batches (default 0)")
     g = p.add_argument_group("loop")
     g.add_argument("--steps", type=positive_int, help="the run's last step (default 1000). A new run's cosine "
                    "schedule spans its --steps; with --resume a larger --steps trains on at the schedule's floor "
