@@ -47,7 +47,7 @@ __all__ = [
 TOKENIZER_FILES = {"char": "tokenizer.char.json", "bpe": "tokenizer.bpe", "hf": "tokenizer.json"}  # kind -> file
 DEFAULT_VOCAB = 512  # alphabetic text: 256 bytes + 256 merges spell its common words
 WIDE_SCRIPT_VOCAB = 2048  # text of three-byte characters (CJK): room for its common characters as single tokens
-WIDE_SHARE = 0.25  # from this share of UTF-8 bytes in three- and four-byte characters on, a text counts as such a script
+WIDE_SHARE = 0.25  # from this share of UTF-8 bytes in three- and four-byte characters on: such a script
 _CHAR_FORMAT = "companion-char-tokenizer-v1"
 
 
