@@ -16,7 +16,7 @@ import pytest
 import torch
 from cli_helpers import TINY, corpus_file, one_line_error, train
 
-from companion.cli import train as train_module
+from companion.cli import train_tasks
 from companion.cli.eval import main as eval_main
 from companion.cli.run_folder import CHECKPOINT, load_run, read_run_checkpoint
 from companion.cli.sample import SEPARATOR
@@ -90,18 +90,18 @@ def test_gradient_accumulation_takes_the_same_steps(corpus: Path, tmp_path: Path
 
 def test_threads_apply_to_the_run_only(corpus: Path, tmp_path: Path) -> None:
     seen = []
-    real = train_module.lm_loss
+    real = train_tasks.lm_loss
 
     def spy(model, batch):  # noqa: ANN001, ANN202
         seen.append(torch.get_num_threads())
         return real(model, batch)
 
     before = torch.get_num_threads()
-    train_module.lm_loss = spy
+    train_tasks.lm_loss = spy
     try:
         assert train(corpus, "--out", tmp_path / "run", *TINY, "--steps", "2", "--threads", "3") == 0
     finally:
-        train_module.lm_loss = real
+        train_tasks.lm_loss = real
     assert seen == [3, 3] and torch.get_num_threads() == before  # and put back after
 
 
@@ -195,7 +195,7 @@ def test_the_default_vocabulary_follows_the_script(tmp_path: Path, capsys) -> No
 
 
 def test_divergence_says_how_to_continue(corpus: Path, tmp_path: Path, monkeypatch, capsys) -> None:
-    real = train_module.lm_loss
+    real = train_tasks.lm_loss
     calls = []
 
     def blows_up_at_step_8(model, batch):  # noqa: ANN001, ANN202
@@ -203,7 +203,7 @@ def test_divergence_says_how_to_continue(corpus: Path, tmp_path: Path, monkeypat
         loss = real(model, batch)
         return loss * float("inf") if len(calls) == 8 else loss
 
-    monkeypatch.setattr(train_module, "lm_loss", blows_up_at_step_8)
+    monkeypatch.setattr(train_tasks, "lm_loss", blows_up_at_step_8)
     out = tmp_path / "run"
     assert train(corpus, "--out", out, *TINY, "--steps", "20", "--lr", "3e-3") == 2
     line = one_line_error(capsys)

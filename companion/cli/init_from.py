@@ -27,9 +27,10 @@ from torch import nn
 from companion.cli import encode_for
 from companion.cli.run_folder import CHECKPOINT, load_run
 from companion.data import HFTokenizer, Tokenizer
+from companion.finetune import grow_token_rows
 from companion.models import GPT, ModelConfig
 
-__all__ = ["Source", "read_source", "encode_text", "lora_targets"]
+__all__ = ["Source", "read_source", "source_state", "encode_text", "lora_targets"]
 
 
 @dataclass
@@ -69,6 +70,13 @@ def read_source(path: str | Path) -> Source:
         return Source(folder, "hf", model.config, model.state_dict(), HFTokenizer(model.tokenizer), seq_len)
     raise ValueError(f"--init-from {str(folder)!r} holds neither a {CHECKPOINT} (a companion-train run) nor a "
                      "config.json (a Hugging Face model folder)")
+
+
+def source_state(path: str | Path, vocab_size: int) -> dict[str, torch.Tensor]:
+    """The weights of ``--init-from SOURCE``, with rows for the tokens a chat run added (``grow_token_rows``)."""
+    state = read_source(path).state
+    rows = state["embed.token.weight"].size(0)
+    return grow_token_rows(state, vocab_size) if vocab_size > rows else state
 
 
 def encode_text(source: Source, text: str, name: str) -> np.ndarray:

@@ -5,7 +5,10 @@
     DIR/run.json            human-readable: model config, tokenizer reference, training arguments, text fingerprint
     DIR/checkpoint.pt       the last checkpoint (below): what --resume continues from
     DIR/best.pt             the checkpoint of the lowest validation loss so far (weights only, no optimiser state)
-    DIR/log.csv             one row per step: step, loss, lr, grad_norm, val_loss (empty between evaluations)
+    DIR/log.csv             one row per step: step, loss, lr, grad_norm, val_loss (empty between evaluations);
+                            a --dpo run adds reward_margin, accuracy, kl and their val_ twins
+    DIR/chat.jsonl          --chat FILE's copy (pairs.jsonl for --dpo), in place of tokens.bin
+    DIR/reference.pt        a --dpo run's frozen reference: the state dict it started from
 
 The checkpoint is one ``torch.save`` dict of plain values (read back with ``torch.load(weights_only=True)``,
 which refuses arbitrary pickles): ``format``, ``model`` (state dict), ``optimizer`` (state dict; ``None`` in
@@ -45,14 +48,18 @@ from companion.models import GPT, ModelConfig
 from companion.training.checkpoints import read_torch_file
 
 __all__ = [
-    "CHECKPOINT", "BEST", "CHECKPOINTS", "LOG", "TOKENS", "RUN_INFO", "RUN_FILES", "Run", "check_out_folder",
+    "CHECKPOINT", "BEST", "CHECKPOINTS", "LOG", "TOKENS", "RUN_INFO", "RUN_FILES", "DATA_FILES", "REFERENCE", "Run",
+    "check_out_folder",
     "get_rng_state",
     "set_rng_state", "save_run_checkpoint", "read_run_checkpoint", "write_run_info", "load_run", "build_model",
 ]  # fmt: skip
 
 CHECKPOINT, BEST, LOG, TOKENS, RUN_INFO = "checkpoint.pt", "best.pt", "log.csv", "tokens.bin", "run.json"
 CHECKPOINTS = {"latest": CHECKPOINT, "best": BEST}  # what --checkpoint names -> the file
-RUN_FILES = frozenset({CHECKPOINT, BEST, LOG, TOKENS, RUN_INFO, *TOKENIZER_FILES.values()})
+DATA_FILES = {"chat": "chat.jsonl", "dpo": "pairs.jsonl"}  # a copy of --chat / --dpo FILE, to resume without it
+REFERENCE = "reference.pt"  # a --dpo run's frozen reference: the weights it started from
+RUN_FILES = frozenset({CHECKPOINT, BEST, LOG, TOKENS, RUN_INFO, REFERENCE, *TOKENIZER_FILES.values(),
+                       *DATA_FILES.values()})  # fmt: skip
 _FORMAT = "companion-run-checkpoint-v1"
 _KEYS = ("model", "optimizer", "step", "rng", "model_config", "tokenizer", "args", "data")
 

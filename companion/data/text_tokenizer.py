@@ -53,7 +53,9 @@ _CHAR_FORMAT = "companion-char-tokenizer-v1"
 
 class HFTokenizer:
     """A Hugging Face ``tokenizers.Tokenizer`` (a model folder's ``tokenizer.json``) with the course's interface:
-    ``encode(text) -> list[int]`` (no special tokens added), ``decode(ids) -> str``, ``vocab_size``.
+    ``encode(text) -> list[int]`` (no special tokens added), ``decode(ids) -> str``, ``vocab_size``; and, for the
+    chat template (``companion.finetune.encode_chat``), ``special_tokens``, ``encode_ordinary`` and
+    ``register_special_tokens``.
 
     Needs the ``tokenizers`` package, imported only when such a tokenizer is read.
     """
@@ -81,6 +83,30 @@ class HFTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        """The special (added) tokens, ``{token: id}``, as ``BPETokenizer.special_tokens``."""
+        return {t.content: i for i, t in self.tokenizer.get_added_tokens_decoder().items() if t.special}
+
+    def register_special_tokens(self, special_tokens: dict[str, int]) -> None:
+        """Add special tokens at the ids given, which must be the next free ones (``tokenizers`` numbers them)."""
+        from tokenizers import AddedToken
+
+        for token, i in sorted(special_tokens.items(), key=lambda item: item[1]):
+            if i != self.vocab_size:
+                raise ValueError(f"special token {token!r} asks for id {i}; a tokenizer.json adds tokens at the next "
+                                 f"free id, {self.vocab_size}")
+            self.tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False)])
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        """Ids of ``text`` with special tokens written in it read as plain characters (chat message contents)."""
+        before = self.tokenizer.encode_special_tokens
+        self.tokenizer.encode_special_tokens = True
+        try:
+            return self.tokenizer.encode(text, add_special_tokens=False).ids
+        finally:
+            self.tokenizer.encode_special_tokens = before
 
     def token_to_id(self, token: str) -> int:
         i = self.tokenizer.token_to_id(token)

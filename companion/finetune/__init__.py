@@ -19,12 +19,14 @@ from __future__ import annotations
 from companion.finetune.chat import (
     CHAT_TOKENS,
     END,
+    JINJA_CHAT_TEMPLATE,
     ROLE_TOKENS,
     ROLES,
     add_chat_tokens,
     chat_template,
     encode_chat,
     encode_prompt,
+    grow_token_rows,
     sft_batch,
     sft_loss,
 )
@@ -34,6 +36,7 @@ from companion.finetune.lora import DEFAULT_TARGETS, LoRALinear, apply_lora, lor
 
 __all__ = [
     "IGNORE_INDEX", "token_logprobs", "sequence_logprobs", "mean_token_kl", "ROLES", "ROLE_TOKENS", "END",
-    "CHAT_TOKENS", "add_chat_tokens", "chat_template", "encode_chat", "encode_prompt", "sft_batch", "sft_loss",
+    "CHAT_TOKENS", "JINJA_CHAT_TEMPLATE", "add_chat_tokens", "grow_token_rows", "chat_template", "encode_chat",
+    "encode_prompt", "sft_batch", "sft_loss",
     "LoRALinear", "apply_lora", "merge_lora", "lora_modules", "DEFAULT_TARGETS", "dpo_loss", "implicit_rewards",
 ]  # fmt: skip
