@@ -439,7 +439,7 @@ def test_console_scripts_are_declared() -> None:
     text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
     scripts = text.split("[project.scripts]\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert scripts == ['companion-train = "companion.cli.train:main"', 'companion-sample = "companion.cli.sample:main"',
-                       'companion-eval = "companion.cli.eval:main"']
+                       'companion-eval = "companion.cli.eval:main"', 'companion-export = "companion.cli.export:main"']
     for line in scripts:  # each names a main(argv) -> int
         module, func = line.split('"')[1].split(":")
         assert callable(getattr(__import__(module, fromlist=[func]), func))

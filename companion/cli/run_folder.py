@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from companion._files import atomic_write, atomic_write_text
-from companion.data import TOKENIZER_FILES, Tokenizer, load_tokenizer
+from companion.data import TOKENIZER_FILES, HFTokenizer, Tokenizer, load_tokenizer
 from companion.finetune import apply_lora, lora_modules, merge_lora
 from companion.models import GPT, ModelConfig
 from companion.training.checkpoints import read_torch_file
@@ -51,7 +51,8 @@ __all__ = [
     "CHECKPOINT", "BEST", "CHECKPOINTS", "LOG", "TOKENS", "RUN_INFO", "RUN_FILES", "DATA_FILES", "REFERENCE", "Run",
     "check_out_folder",
     "get_rng_state",
-    "set_rng_state", "save_run_checkpoint", "read_run_checkpoint", "write_run_info", "load_run", "build_model",
+    "set_rng_state", "save_run_checkpoint", "read_run_checkpoint", "write_run_info", "load_run",
+    "load_model_folder", "build_model",
 ]  # fmt: skip
 
 CHECKPOINT, BEST, LOG, TOKENS, RUN_INFO = "checkpoint.pt", "best.pt", "log.csv", "tokens.bin", "run.json"
@@ -200,6 +201,7 @@ class Run:
     tokenizer: Tokenizer  # the tokenizer the model was trained with
     checkpoint: dict[str, Any]  # the whole checkpoint dict (``step``, ``args``, ``data``...)
     folder: Path  # the run folder it was read from
+    context: int | None = None  # the most tokens it reads at once when sampling; None: its max_seq_len
 
 
 def load_run(folder: str | Path, device: str | torch.device = "cpu", checkpoint: str = "latest", *,
@@ -226,7 +228,7 @@ def load_run(folder: str | Path, device: str | torch.device = "cpu", checkpoint:
                                 "(every --eval-every steps); use the latest checkpoint")
     if not path.is_file() and (folder / "config.json").is_file():
         raise FileNotFoundError(f"{str(folder)!r} holds no {CHECKPOINT} but a config.json: it is a Hugging Face "
-                                "model folder, which GPT.from_pretrained reads")
+                                "model folder, which GPT.from_pretrained (and companion-sample) read")
     state = read_run_checkpoint(path)
     try:
         config = ModelConfig(**state["model_config"])
@@ -239,3 +241,24 @@ def load_run(folder: str | Path, device: str | torch.device = "cpu", checkpoint:
     tokenizer = load_tokenizer(folder, state["tokenizer"])
     model.tokenizer = tokenizer  # save_pretrained writes it beside the weights
     return Run(model.to(device).eval(), tokenizer, state, folder)
+
+
+def load_model_folder(folder: str | Path, device: str | torch.device = "cpu") -> Run:
+    """A Hugging Face model folder (``companion-export``'s, or any ``GPT.from_pretrained`` reads) as a ``Run``:
+    its ``tokenizer.json`` as the tokenizer, and as context the ``model_max_length`` of its
+    ``tokenizer_config.json`` when that is shorter than the model's position table (the context it was trained
+    for). Raises ``FileNotFoundError`` / ``ValueError`` for a folder without a tokenizer or with bad weights."""
+    folder = Path(folder)
+    model = GPT.from_pretrained(folder)
+    if model.tokenizer is None:
+        raise ValueError(f"{str(folder)!r} has no tokenizer.json; sampling needs the tokenizer the model was trained "
+                         "with")
+    tokenizer = HFTokenizer(model.tokenizer)
+    model.tokenizer = tokenizer.tokenizer
+    context = None
+    settings = folder / "tokenizer_config.json"
+    if settings.is_file():
+        limit = json.loads(settings.read_text(encoding="utf-8")).get("model_max_length")
+        if isinstance(limit, int) and 2 <= limit < model.config.max_seq_len:
+            context = limit
+    return Run(model.to(device).eval(), tokenizer, {"step": None, "args": {}}, folder, context)
