@@ -111,8 +111,7 @@ def test_chat_with_lora(files: dict[str, Path], base: Path, tmp_path: Path, caps
      ('{"messages": []}', "non-empty list"),
      ('{"messages": [{"role": "robot", "content": "hi"}]}', "expected one of system, user, assistant"),
      ('{"messages": [{"role": "user", "content": 3}]}', "expected a string"),
-     ('{"messages": [{"role": "user", "content": "hi"}]}', "no assistant message"),
-     (chat_line("x" * 200), "tokens long with the chat template")],
+     ('{"messages": [{"role": "user", "content": "hi"}]}', "no assistant message")],
 )  # fmt: skip
 def test_a_bad_line_is_named_and_nothing_is_written(files: dict[str, Path], base: Path, tmp_path: Path, capsys,
                                                     line: str, needle: str) -> None:  # fmt: skip
@@ -123,6 +122,29 @@ def test_a_bad_line_is_named_and_nothing_is_written(files: dict[str, Path], base
     message = one_line_error(capsys)
     assert "line 3" in message and needle in message, message
     assert not out.exists()
+
+
+def test_a_conversation_longer_than_the_context_is_left_out_by_line(files: dict[str, Path], base: Path,
+                                                                     tmp_path: Path, capsys) -> None:  # fmt: skip
+    long = tmp_path / "long.jsonl"
+    long.write_text("\n".join([chat_line("x" * 200)] + [chat_line(w) for w in WORDS]) + "\n", encoding="utf-8")
+    assert train_cli("--chat", long, "--init-from", base, "--out", tmp_path / "out", *LOOP, "--steps", "1") == 0
+    assert "1 conversation longer than --seq-len 32 tokens with the chat template left out (line 1)" in \
+        capsys.readouterr().out
+    assert read_run_checkpoint(tmp_path / "out" / CHECKPOINT)["data"]["n_examples"] == len(WORDS)
+    long.write_text(chat_line("x" * 200) + "\n" + chat_line("y" * 200) + "\n", encoding="utf-8")
+    assert train_cli("--chat", long, "--init-from", base, "--out", tmp_path / "none", *LOOP) == 2
+    assert "which leaves 0" in one_line_error(capsys) and not (tmp_path / "none").exists()
+
+
+def test_a_hugging_face_folder_is_chat_tuned_too(files: dict[str, Path], base: Path, tmp_path: Path) -> None:
+    """The tokenizer.json of a Hugging Face SOURCE takes the chat markers as well (HFTokenizer)."""
+    assert export_main([str(base), str(tmp_path / "hf")]) == 0
+    out = tmp_path / "sft"
+    assert train_cli("--chat", files["chat"], "--init-from", tmp_path / "hf", "--out", out, *LOOP, "--steps",
+                     "2") == 0  # fmt: skip
+    assert all(t in load_run(out).tokenizer.special_tokens for t in CHAT_TOKENS)
+    assert sample_main([str(out), "--chat", "--prompt", "token?", "--max-new-tokens", "3"]) == 0
 
 
 def test_flag_refusals(files: dict[str, Path], base: Path, tmp_path: Path, capsys) -> None:

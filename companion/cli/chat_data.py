@@ -12,7 +12,7 @@ A preference line becomes two one-turn conversations that share the prompt as a 
 
 ``read_examples(path, kind)`` checks every line before anything is written and stops at the first bad one with a
 ``ValueError`` that names the file, the line number and what was expected. ``encode_examples`` renders them with
-the chat template; a conversation longer than the model's window is refused by its line number too.
+the chat template and leaves out, by line number, an example longer than the model's window (the run says so).
 ``split_examples`` keeps the last 10 % (at least one) for validation, as ``companion.data.TokenData`` does with a
 text: a contiguous cut, the same every time.
 """
@@ -29,7 +29,7 @@ from companion._checks import plural
 from companion.data import VAL_FRACTION, read_text_file
 from companion.finetune import ROLES, encode_chat
 
-__all__ = ["KINDS", "Example", "read_examples", "encode_examples", "split_examples"]
+__all__ = ["KINDS", "Example", "read_examples", "encode_examples", "dropped_note", "split_examples"]
 
 KINDS = ("chat", "dpo")  # --chat FILE, --dpo FILE
 _FORMS = {
@@ -111,19 +111,31 @@ def read_examples(path: str | Path, kind: str) -> tuple[list[Example], str]:
 
 
 def encode_examples(examples: Sequence[Example], tokenizer: Any, window: int, path: str | Path,
-                    kind: str) -> list[tuple[tuple[list[int], list[bool]], ...]]:  # fmt: skip
-    """Each example's conversations as ``encode_chat`` ``(ids, mask)`` pairs; a ``ValueError`` naming the line of
-    the first one with more than ``window + 1`` tokens (the model reads ``window`` of them at once)."""
-    out = []
+                    kind: str) -> tuple[list[tuple[tuple[list[int], list[bool]], ...]], list[int]]:  # fmt: skip
+    """Each example's conversations as ``encode_chat`` ``(ids, mask)`` pairs, and the line numbers of the examples
+    left out because a conversation has more than ``window + 1`` tokens (the model reads ``window`` at once; a
+    cut conversation would teach replies that stop in the middle). ``ValueError`` if that leaves fewer than two."""
+    out, dropped = [], []
     for example in examples:
         encoded = tuple(encode_chat(chat, tokenizer) for chat in example.chats)
-        longest = max(len(ids) for ids, _ in encoded)
-        if longest > window + 1:
-            raise ValueError(f"--{kind} {str(path)!r} line {example.line} is {longest} tokens long with the chat "
-                             f"template; the model reads at most --seq-len {window} (+1 predicted): shorten it, or "
-                             "pass a larger --seq-len (up to the model's context)")
-        out.append(encoded)
-    return out
+        if max(len(ids) for ids, _ in encoded) > window + 1:
+            dropped.append(example.line)
+        else:
+            out.append(encoded)
+    if len(out) < 2:
+        raise ValueError(f"--{kind} {str(path)!r}: {plural(len(dropped), 'example')} of {len(examples)} are longer "
+                         f"than --seq-len {window} tokens with the chat template, which leaves {len(out)}; expected "
+                         "at least 2: shorten them, or pass a larger --seq-len (up to the model's context)")
+    return out, dropped
+
+
+def dropped_note(dropped: list[int], window: int, unit: str) -> str | None:
+    """What a run says about the examples ``encode_examples`` left out (None if none)."""
+    if not dropped:
+        return None
+    lines = ", ".join(map(str, dropped[:8])) + (", ..." if len(dropped) > 8 else "")
+    return (f"{plural(len(dropped), unit)} longer than --seq-len {window} tokens with the chat template left out "
+            f"(line {lines}); a larger --seq-len (up to the model's context) keeps them")
 
 
 def split_examples(items: list[Any]) -> tuple[list[Any], list[Any]]:

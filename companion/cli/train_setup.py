@@ -27,7 +27,7 @@ import torch
 
 from companion._files import atomic_write, atomic_write_text
 from companion.cli import UsageError
-from companion.cli.chat_data import encode_examples, read_examples, split_examples
+from companion.cli.chat_data import dropped_note, encode_examples, read_examples, split_examples
 from companion.cli.init_from import encode_text, lora_targets, read_source, source_state
 from companion.cli.run_folder import (
     CHECKPOINT,
@@ -162,7 +162,7 @@ def _prepare_examples(given: argparse.Namespace, out: Path) -> Prepared:
         raise UsageError(f"--{kind}: the run in --init-from {given.init_from!r} has a character tokenizer, which "
                          "cannot take the chat template's special tokens; train the base run with --tokenizer bpe")
     markers = add_chat_tokens(tokenizer)
-    encoded = encode_examples(examples, tokenizer, args["seq_len"], path, kind)
+    encoded, dropped = encode_examples(examples, tokenizer, args["seq_len"], path, kind)
     config = source.config.replace(vocab_size=max(source.config.vocab_size, tokenizer.vocab_size),
                                    dropout=args["dropout"], use_sdpa=True, fused_norm=True)  # fmt: skip
     n_train, n_val = (len(part) for part in split_examples(encoded))
@@ -172,6 +172,8 @@ def _prepare_examples(given: argparse.Namespace, out: Path) -> Prepared:
     added = [t for t, i in markers.items() if i >= source.config.vocab_size]
     notes = [f"chat template markers {', '.join(added)} added to the tokenizer (new embedding rows start at the "
              "mean of the others)"] if added else []  # fmt: skip
+    unit = "conversation" if kind == "chat" else "preference pair"
+    notes += [note] if (note := dropped_note(dropped, args["seq_len"], unit)) else []
     out.mkdir(parents=True, exist_ok=True)  # nothing is written before every line has been checked
     tokenizer_ref = save_tokenizer(tokenizer, out)
     atomic_write_text(out / DATA_FILES[kind], text)
@@ -192,7 +194,7 @@ def example_task(args: dict[str, Any], data: dict[str, Any], out: Path, tokenize
     if text_sha256(text) != data["sha256"]:
         raise ValueError(f"{str(out / data['file'])!r} has changed since the run started; expected the file it "
                          "was started with")
-    encoded = encode_examples(examples, tokenizer, args["seq_len"], out / data["file"], kind)
+    encoded, _ = encode_examples(examples, tokenizer, args["seq_len"], out / data["file"], kind)
     train, val = split_examples(encoded)
     pad = tokenizer.special_tokens[END]  # padded positions are never scored
     if kind == "chat":
