@@ -7,10 +7,14 @@ Three console scripts, declared in ``pyproject.toml`` and also runnable with ``p
   :mod:`companion.cli.train_report`);
 - ``companion-sample DIR --prompt "..."`` = ``python -m companion.cli.sample`` (:mod:`companion.cli.sample`);
 - ``companion-eval DIR FILE`` = ``python -m companion.cli.eval`` (:mod:`companion.cli.eval`): loss, perplexity and
-  bits per byte of a run on another text.
+  bits per byte of a run on another text;
+- ``companion-export DIR HF_DIR`` = ``python -m companion.cli.export`` (:mod:`companion.cli.export`): the run as a
+  Hugging Face folder for ``transformers`` (``pipeline``, ``AutoTokenizer.apply_chat_template``).
 
 ``companion-train --init-from SOURCE [--lora R]`` fine-tunes a run or a Hugging Face folder instead
-(:mod:`companion.cli.init_from`, chapter 13). The run folder DIR and its checkpoints (``checkpoint.pt``, the
+(:mod:`companion.cli.init_from`, chapter 13): on a text, on conversations (``--chat FILE``) or on preference pairs
+(``--dpo FILE --beta B``), JSON Lines read by :mod:`companion.cli.chat_data`, trained by the tasks of
+:mod:`companion.cli.train_tasks`; ``companion-sample --chat`` talks to the result. The run folder DIR and its checkpoints (``checkpoint.pt``, the
 latest; ``best.pt``, the lowest validation loss) are described in :mod:`companion.cli.run_folder`; where a
 command runs (``--device``, ``--dtype``, ``--threads``) in :mod:`companion.cli.machine`; the data pipeline
 (text file -> tokenizer -> ids on disk -> batches) is :mod:`companion.data`.
@@ -31,7 +35,8 @@ checkpoint), 1 an operating-system error (disk full, no permission). From Python
 
 Checked in tests/test_cli*.py: a run end to end, resume equivalence (stopped or interrupted, bit for bit),
 a real SIGINT, two processes under torchrun, a failure in the middle of a checkpoint save, every bad input,
-best.pt, extending a run, the machine flags, companion-eval, valid UTF-8 samples.
+best.pt, extending a run, the machine flags, companion-eval, valid UTF-8 samples; tests/test_cli_chat.py: --chat,
+--dpo, companion-export into transformers' pipeline.
 """
 
 from __future__ import annotations

@@ -42,6 +42,12 @@ weights of the last checkpoint, so the finished folder holds a plain model that 
 
     companion-train notes.txt --out tuned --init-from run --steps 300 --lr 3e-4      # every weight
     companion-train notes.txt --out tuned --init-from run --steps 300 --lora 8       # adapters only
+    companion-train --chat chats.jsonl --out chat --init-from run --steps 300        # SFT on conversations
+    companion-train --dpo pairs.jsonl --out dpo --init-from chat --beta 0.1          # DPO on preference pairs
+
+With ``--chat`` or ``--dpo`` a step is a batch of conversations or of preference pairs instead of text windows
+(:mod:`companion.cli.train_tasks`): ``--batch-size`` counts them, micro-batches weigh by scored tokens, and the
+log of a DPO run has its reward margin, accuracy and KL beside the loss.
 
 This is its own loop rather than ``companion.training.train``: it must log and checkpoint between steps and
 stop cleanly on Ctrl-C, but every step does what ``train`` does, in the same order.
