@@ -25,7 +25,7 @@ from companion.cli.run_folder import CHECKPOINT, REFERENCE, load_run, read_run_c
 from companion.cli.sample import main as sample_main
 from companion.cli.train import read_log
 from companion.finetune import CHAT_TOKENS, END, encode_chat, encode_prompt, grow_token_rows, sft_batch, sft_loss
-from companion.models import GPT
+from companion.models import GPT, ModelConfig
 
 WORDS = ["attention", "token", "layer", "head", "model", "vector", "softmax", "query", "key", "value", "mask", "norm"]
 LOOP = ["--batch-size", "4", "--eval-every", "3", "--no-progress"]
@@ -83,6 +83,21 @@ def test_chat_fine_tuning_starts_from_the_source_on_the_assistant_turns(files: d
     assert rows[0]["loss"] == pytest.approx(expected, rel=1e-5)
     assert [r["step"] for r in rows] == list(range(1, 7)) and "val_loss" in rows[2]
     assert (sft / "chat.jsonl").read_bytes() == files["chat"].read_bytes()  # kept, to resume without the file
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_new_token_rows_start_at_the_mean_and_a_tied_head_stays_tied(tie: bool) -> None:
+    model = GPT(ModelConfig.gpt2_small(vocab_size=10, d_model=8, n_heads=2, n_layers=1, d_ff=16, max_seq_len=8,
+                                       tie_embeddings=tie))  # fmt: skip
+    state = grow_token_rows(model.state_dict(), 13)
+    for key in ("embed.token.weight", "lm_head.weight"):
+        assert_close(state[key][:10], model.state_dict()[key])  # the old rows unchanged
+        assert_close(state[key][10:], model.state_dict()[key].mean(0).expand(3, -1))  # the new ones: their mean
+    grown = GPT(model.config.replace(vocab_size=13))
+    grown.load_state_dict(state)
+    assert (grown.lm_head.weight is grown.embed.token.weight) == tie
+    with pytest.raises(ValueError, match="vocab_size=9 is smaller"):
+        grow_token_rows(model.state_dict(), 9)
 
 
 def test_sample_chat_answers_and_stops_at_the_end_of_turn(sft: Path, base: Path, capsys) -> None:

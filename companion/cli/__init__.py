@@ -14,10 +14,11 @@ Three console scripts, declared in ``pyproject.toml`` and also runnable with ``p
 ``companion-train --init-from SOURCE [--lora R]`` fine-tunes a run or a Hugging Face folder instead
 (:mod:`companion.cli.init_from`, chapter 13): on a text, on conversations (``--chat FILE``) or on preference pairs
 (``--dpo FILE --beta B``), JSON Lines read by :mod:`companion.cli.chat_data`, trained by the tasks of
-:mod:`companion.cli.train_tasks`; ``companion-sample --chat`` talks to the result. The run folder DIR and its checkpoints (``checkpoint.pt``, the
-latest; ``best.pt``, the lowest validation loss) are described in :mod:`companion.cli.run_folder`; where a
-command runs (``--device``, ``--dtype``, ``--threads``) in :mod:`companion.cli.machine`; the data pipeline
-(text file -> tokenizer -> ids on disk -> batches) is :mod:`companion.data`.
+:mod:`companion.cli.train_tasks`; ``companion-sample --chat`` talks to the result. The run folder DIR and its
+checkpoints (``checkpoint.pt``, the latest; ``best.pt``, the lowest validation loss) are described in
+:mod:`companion.cli.run_folder`; where a command runs (``--device``, ``--dtype``, ``--threads``) in
+:mod:`companion.cli.machine`; the data pipeline (text file -> tokenizer -> ids on disk -> batches) is
+:mod:`companion.data`.
 
 Every ``main(argv)`` returns the exit code instead of exiting, so a notebook or a test can call it in-process:
 0 success, 2 bad input (one line on stderr, no traceback), 130 interrupted by Ctrl-C (after saving a
