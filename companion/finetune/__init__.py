@@ -5,13 +5,15 @@ importing only the ones listed before it:
 
 - :mod:`companion.finetune.logprobs` -- a batch as ``(inputs, labels)`` with ``IGNORE_INDEX`` where nothing is
   scored; ``token_logprobs``, ``sequence_logprobs`` (log π(response | prompt)), ``mean_token_kl``.
-- :mod:`companion.finetune.chat` -- the chat template (``<|user|>``, ``<|assistant|>``, ``<|end|>``...),
+- :mod:`companion.finetune.chat` -- the chat template (``<|user|>``, ``<|assistant|>``, ``<|end|>``...; in Jinja
+  for ``tokenizer_config.json``), ``add_chat_tokens`` and ``grow_token_rows`` (room for them in a trained model),
   ``encode_chat`` with its loss mask, ``sft_batch`` and ``sft_loss`` (Ouyang et al. 2022).
 - :mod:`companion.finetune.lora` -- ``LoRALinear``, ``apply_lora``, ``merge_lora`` (Hu et al. 2021).
 - :mod:`companion.finetune.dpo` -- ``dpo_loss`` and ``implicit_rewards`` (Rafailov et al. 2023).
 
 The training loop is :func:`companion.training.train` with ``sft_loss`` or a DPO loss function; the command
-line ``companion-train --init-from SOURCE [--lora R]`` fine-tunes a run or a Hugging Face folder on a text.
+line ``companion-train --init-from SOURCE [--lora R]`` fine-tunes a run or a Hugging Face folder on a text, on
+conversations (``--chat FILE``) or on preference pairs (``--dpo FILE``), with these functions.
 """
 
 from __future__ import annotations
