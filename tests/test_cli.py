@@ -21,6 +21,7 @@ import torch
 
 from companion.cli import run_folder
 from companion.cli.eval import main as eval_main
+from companion.cli.export import main as export_main
 from companion.cli.run_folder import BEST, CHECKPOINT, LOG, load_run, read_run_checkpoint
 from companion.cli.sample import main as sample_main
 from companion.cli.train import main as train_main
@@ -433,6 +434,8 @@ def test_help_returns_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert train("--help") == 0 and "--resume" in capsys.readouterr().out
     assert sample_main(["--help"]) == 0 and "--top-p" in capsys.readouterr().out
     assert eval_main(["--help"]) == 0 and "bits per byte" in capsys.readouterr().out
+    assert export_main(["--help"]) == 0 and "Hugging Face folder" in capsys.readouterr().out
+    assert train("--help") == 0 and "--chat FILE" in (out := capsys.readouterr().out) and "--dpo FILE" in out
 
 
 def test_console_scripts_are_declared() -> None:
