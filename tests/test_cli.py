@@ -21,7 +21,8 @@ import torch
 
 from companion.cli import run_folder
 from companion.cli.eval import main as eval_main
-from companion.cli.run_folder import CHECKPOINT, LOG, load_run, read_run_checkpoint
+from companion.cli.export import main as export_main
+from companion.cli.run_folder import BEST, CHECKPOINT, LOG, load_run, read_run_checkpoint
 from companion.cli.sample import main as sample_main
 from companion.cli.train import main as train_main
 from companion.cli.train import read_log
@@ -337,9 +338,27 @@ def test_a_run_stopped_before_its_first_checkpoint_can_start_again(corpus: Path,
                                                                    tmp_path: Path) -> None:  # fmt: skip
     out = tmp_path / "run"
     shutil.copytree(trained, out)
-    (out / CHECKPOINT).unlink()  # as if Ctrl-C came while the tokenizer and the token ids were being written
+    # as if Ctrl-C came while the tokenizer and the token ids were being written: no checkpoint, no step logged
+    for name in (CHECKPOINT, BEST):
+        (out / name).unlink()
+    (out / LOG).write_text((out / LOG).read_text(encoding="utf-8").splitlines(keepends=True)[0], encoding="utf-8")
     assert train(corpus, "--out", out, *TINY, "--steps", "5") == 0
     assert read_run_checkpoint(out / CHECKPOINT)["step"] == 5
+
+
+def test_a_trained_run_without_its_checkpoint_is_not_overwritten(corpus: Path, trained: Path, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 28.8: checkpoint.pt deleted by hand, best.pt and log.csv left: a new run must not replace them."""
+    out = tmp_path / "run"
+    shutil.copytree(trained, out)
+    (out / CHECKPOINT).unlink()
+    before = snapshot(out)
+    assert train(corpus, "--out", out, *TINY, "--steps", "5") == 2
+    assert_one_line_error(capsys, BEST, "logged steps", "is gone")
+    assert snapshot(out) == before
+    (out / BEST).unlink()  # the log alone is evidence too
+    assert train(corpus, "--out", out, *TINY, "--steps", "5") == 2
+    assert_one_line_error(capsys, "logged steps")
 
 
 def test_resume_refuses_another_text(trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -375,7 +394,11 @@ def test_sample_errors(trained: Path, tmp_path: Path, capsys: pytest.CaptureFixt
     assert sample_main([str(tmp_path / "nowhere")]) == 2
     assert_one_line_error(capsys, "does not exist")
     assert sample_main([str(trained), "--prompt", "\u6ce8\u610f\u529b"]) == 2  # characters the char tokenizer never saw
-    assert_one_line_error(capsys, "prompt")
+    line = assert_one_line_error(capsys, "prompt", "--tokenizer bpe")
+    assert "unk_token" not in line  # the Python API's way out; no command has such a flag (issue 31.5)
+    for seed in (str(2**70), "-1"):  # issue 28: the flag is named, not torch's overflow
+        assert sample_main([str(trained), "--seed", seed]) == 2
+        assert_one_line_error(capsys, "--seed", "[0, 2**32)")
     assert sample_main([str(trained), "--temperature", "0"]) == 2
     assert_one_line_error(capsys, "temperature")
     assert sample_main([str(trained), "--bogus"]) == 2
@@ -411,13 +434,15 @@ def test_help_returns_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert train("--help") == 0 and "--resume" in capsys.readouterr().out
     assert sample_main(["--help"]) == 0 and "--top-p" in capsys.readouterr().out
     assert eval_main(["--help"]) == 0 and "bits per byte" in capsys.readouterr().out
+    assert export_main(["--help"]) == 0 and "Hugging Face folder" in capsys.readouterr().out
+    assert train("--help") == 0 and "--chat FILE" in (out := capsys.readouterr().out) and "--dpo FILE" in out
 
 
 def test_console_scripts_are_declared() -> None:
     text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
     scripts = text.split("[project.scripts]\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert scripts == ['companion-train = "companion.cli.train:main"', 'companion-sample = "companion.cli.sample:main"',
-                       'companion-eval = "companion.cli.eval:main"']
+                       'companion-eval = "companion.cli.eval:main"', 'companion-export = "companion.cli.export:main"']
     for line in scripts:  # each names a main(argv) -> int
         module, func = line.split('"')[1].split(":")
         assert callable(getattr(__import__(module, fromlist=[func]), func))

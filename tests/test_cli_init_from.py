@@ -94,7 +94,8 @@ def test_lora_trains_adapters_only_and_the_finished_run_holds_merged_weights(
     printed = capsys.readouterr().out
     # rank 2 on one layer: q, k, v, o are 16 -> 16, so 2 · (16 + 16) = 64 each; up and down 16 <-> 64, so
     # 2 · (16 + 64) = 160 each; 4 · 64 + 2 · 160 = 576
-    assert "LoRA rank 2 on down_proj, k_proj, o_proj, q_proj, up_proj, v_proj (576 trainable parameters)" in printed
+    assert ("576 trainable parameters, all of them LoRA adapters (lora_A, lora_B; rank 2, alpha 4) on down_proj, "
+            "k_proj, o_proj, q_proj, up_proj, v_proj; the model's own 8,368 weights are frozen") in printed  # 31.5
     checkpoint = read_run_checkpoint(out / CHECKPOINT)
     assert checkpoint["lora"] == {"r": 2, "alpha": 4.0, "targets": ["down_proj", "k_proj", "o_proj", "q_proj",
                                                                       "up_proj", "v_proj"], "merged": True}

@@ -16,7 +16,7 @@ import pytest
 import torch
 from cli_helpers import TINY, corpus_file, one_line_error, train
 
-from companion.cli import train as train_module
+from companion.cli import train_tasks
 from companion.cli.eval import main as eval_main
 from companion.cli.run_folder import CHECKPOINT, load_run, read_run_checkpoint
 from companion.cli.sample import SEPARATOR
@@ -90,18 +90,18 @@ def test_gradient_accumulation_takes_the_same_steps(corpus: Path, tmp_path: Path
 
 def test_threads_apply_to_the_run_only(corpus: Path, tmp_path: Path) -> None:
     seen = []
-    real = train_module.lm_loss
+    real = train_tasks.lm_loss
 
     def spy(model, batch):  # noqa: ANN001, ANN202
         seen.append(torch.get_num_threads())
         return real(model, batch)
 
     before = torch.get_num_threads()
-    train_module.lm_loss = spy
+    train_tasks.lm_loss = spy
     try:
         assert train(corpus, "--out", tmp_path / "run", *TINY, "--steps", "2", "--threads", "3") == 0
     finally:
-        train_module.lm_loss = real
+        train_tasks.lm_loss = real
     assert seen == [3, 3] and torch.get_num_threads() == before  # and put back after
 
 
@@ -181,6 +181,10 @@ def test_the_default_vocabulary_follows_the_script(tmp_path: Path, capsys) -> No
     size, why = default_vocab_size(CHINESE)
     assert size == WIDE_SCRIPT_VOCAB and "three or four bytes" in why
     assert default_vocab_size("café " * 100)[0] == DEFAULT_VOCAB  # two-byte letters: an alphabet
+    # 40 % of the bytes in Chinese is only 18 % of the characters: the bytes decide (issue 31.5)
+    mixed = "注意力机" + " attention, all of it"[:18]  # 4 Chinese characters (12 bytes) and 18 ASCII bytes
+    assert len(mixed.encode("utf-8")) == 30 and sum(1 for ch in mixed if ord(ch) >= 0x800) / len(mixed) < 0.2
+    assert default_vocab_size(mixed * 50)[0] == WIDE_SCRIPT_VOCAB
     (tmp_path / "zh.txt").write_text(CHINESE, encoding="utf-8")
     assert train(tmp_path / "zh.txt", "--out", tmp_path / "run", *BPE_TINY, "--steps", "1") == 0
     assert f"BPE vocabulary {WIDE_SCRIPT_VOCAB:,} (--vocab-size left out" in capsys.readouterr().out
@@ -191,7 +195,7 @@ def test_the_default_vocabulary_follows_the_script(tmp_path: Path, capsys) -> No
 
 
 def test_divergence_says_how_to_continue(corpus: Path, tmp_path: Path, monkeypatch, capsys) -> None:
-    real = train_module.lm_loss
+    real = train_tasks.lm_loss
     calls = []
 
     def blows_up_at_step_8(model, batch):  # noqa: ANN001, ANN202
@@ -199,7 +203,7 @@ def test_divergence_says_how_to_continue(corpus: Path, tmp_path: Path, monkeypat
         loss = real(model, batch)
         return loss * float("inf") if len(calls) == 8 else loss
 
-    monkeypatch.setattr(train_module, "lm_loss", blows_up_at_step_8)
+    monkeypatch.setattr(train_tasks, "lm_loss", blows_up_at_step_8)
     out = tmp_path / "run"
     assert train(corpus, "--out", out, *TINY, "--steps", "20", "--lr", "3e-3") == 2
     line = one_line_error(capsys)

@@ -7,13 +7,18 @@ Three console scripts, declared in ``pyproject.toml`` and also runnable with ``p
   :mod:`companion.cli.train_report`);
 - ``companion-sample DIR --prompt "..."`` = ``python -m companion.cli.sample`` (:mod:`companion.cli.sample`);
 - ``companion-eval DIR FILE`` = ``python -m companion.cli.eval`` (:mod:`companion.cli.eval`): loss, perplexity and
-  bits per byte of a run on another text.
+  bits per byte of a run on another text;
+- ``companion-export DIR HF_DIR`` = ``python -m companion.cli.export`` (:mod:`companion.cli.export`): the run as a
+  Hugging Face folder for ``transformers`` (``pipeline``, ``AutoTokenizer.apply_chat_template``).
 
 ``companion-train --init-from SOURCE [--lora R]`` fine-tunes a run or a Hugging Face folder instead
-(:mod:`companion.cli.init_from`, chapter 13). The run folder DIR and its checkpoints (``checkpoint.pt``, the
-latest; ``best.pt``, the lowest validation loss) are described in :mod:`companion.cli.run_folder`; where a
-command runs (``--device``, ``--dtype``, ``--threads``) in :mod:`companion.cli.machine`; the data pipeline
-(text file -> tokenizer -> ids on disk -> batches) is :mod:`companion.data`.
+(:mod:`companion.cli.init_from`, chapter 13): on a text, on conversations (``--chat FILE``) or on preference pairs
+(``--dpo FILE --beta B``), JSON Lines read by :mod:`companion.cli.chat_data`, trained by the tasks of
+:mod:`companion.cli.train_tasks`; ``companion-sample --chat`` talks to the result. The run folder DIR and its
+checkpoints (``checkpoint.pt``, the latest; ``best.pt``, the lowest validation loss) are described in
+:mod:`companion.cli.run_folder`; where a command runs (``--device``, ``--dtype``, ``--threads``) in
+:mod:`companion.cli.machine`; the data pipeline (text file -> tokenizer -> ids on disk -> batches) is
+:mod:`companion.data`.
 
 Every ``main(argv)`` returns the exit code instead of exiting, so a notebook or a test can call it in-process:
 0 success, 2 bad input (one line on stderr, no traceback), 130 interrupted by Ctrl-C (after saving a
@@ -31,7 +36,8 @@ checkpoint), 1 an operating-system error (disk full, no permission). From Python
 
 Checked in tests/test_cli*.py: a run end to end, resume equivalence (stopped or interrupted, bit for bit),
 a real SIGINT, two processes under torchrun, a failure in the middle of a checkpoint save, every bad input,
-best.pt, extending a run, the machine flags, companion-eval, valid UTF-8 samples.
+best.pt, extending a run, the machine flags, companion-eval, valid UTF-8 samples; tests/test_cli_chat.py: --chat,
+--dpo, companion-export into transformers' pipeline.
 """
 
 from __future__ import annotations
@@ -43,7 +49,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = ["UsageError", "ArgumentParser", "run_main", "number_type", "positive_int", "non_negative_int",
-           "positive_float", "EXIT_OK", "EXIT_OS_ERROR", "EXIT_USAGE", "EXIT_INTERRUPTED"]  # fmt: skip
+           "positive_float", "seed_int", "encode_for", "EXIT_OK", "EXIT_OS_ERROR", "EXIT_USAGE",
+           "EXIT_INTERRUPTED"]  # fmt: skip
 
 EXIT_OK, EXIT_OS_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130  # 130 = 128 + SIGINT, the shell convention
 
@@ -79,6 +86,22 @@ def number_type(kind: str, convert: Callable[[str], Any], ok: Callable[[Any], bo
 positive_int = number_type("an integer >= 1", int, lambda v: v >= 1)
 non_negative_int = number_type("an integer >= 0", int, lambda v: v >= 0)
 positive_float = number_type("a finite number > 0", float, lambda v: math.isfinite(v) and v > 0)
+seed_int = number_type("an integer in [0, 2**32)", int, lambda v: 0 <= v < 1 << 32)  # what NumPy's seed takes
+
+
+def encode_for(tokenizer: Any, text: str, what: str, whose: str = "the run's tokenizer") -> list[int]:
+    """``tokenizer.encode(text)``; a ``ValueError`` naming ``what`` (e.g. "the prompt") if it cannot encode it.
+
+    A character tokenizer refuses a character it never saw; its Python API offers ``unk_token`` for that, which
+    the command line has no flag for, so the message says what a user of the commands can do instead.
+    """
+    try:
+        return tokenizer.encode(text)
+    except ValueError as err:
+        reason = str(err).replace(", or give unk_token", "")
+        raise ValueError(f"{whose} cannot encode {what}: {reason}; a character tokenizer knows "
+                         "only the characters of its training text (remove the character, or train with "
+                         "companion-train --tokenizer bpe, the default, which encodes any text)") from None
 
 
 def run_main(prog: str, body: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None) -> int:

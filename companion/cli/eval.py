@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from companion._checks import plural
-from companion.cli import EXIT_OK, ArgumentParser, positive_int, run_main
+from companion.cli import EXIT_OK, ArgumentParser, encode_for, positive_int, run_main
 from companion.cli.machine import DEVICES, DTYPES, autocast, device_for, threads
 from companion.cli.run_folder import CHECKPOINTS, load_run
 from companion.data import read_text_file, token_bytes
@@ -134,10 +134,7 @@ def _eval(argv: Sequence[str] | None) -> int:
     device = device_for(args.device)
     text = read_text_file(args.text_file)
     run = load_run(args.folder, device, checkpoint=args.checkpoint)
-    try:
-        ids = run.tokenizer.encode(text)
-    except ValueError as err:  # a character tokenizer names the first character it never saw
-        raise ValueError(f"the run's tokenizer cannot encode {args.text_file!r}: {err}") from None
+    ids = encode_for(run.tokenizer, text, repr(args.text_file))
     windows = text_windows(torch.tensor(ids, dtype=torch.long), run.checkpoint["args"]["seq_len"], args.batch_size)
     lengths = token_lengths(run.tokenizer, run.model.config.vocab_size)
     with threads(args.threads):

@@ -24,11 +24,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from companion.cli import encode_for
 from companion.cli.run_folder import CHECKPOINT, load_run
 from companion.data import HFTokenizer, Tokenizer
+from companion.finetune import grow_token_rows
 from companion.models import GPT, ModelConfig
 
-__all__ = ["Source", "read_source", "encode_text", "lora_targets"]
+__all__ = ["Source", "read_source", "source_state", "encode_text", "lora_targets"]
 
 
 @dataclass
@@ -70,16 +72,20 @@ def read_source(path: str | Path) -> Source:
                      "config.json (a Hugging Face model folder)")
 
 
+def source_state(path: str | Path, vocab_size: int) -> dict[str, torch.Tensor]:
+    """The weights of ``--init-from SOURCE``, with rows for the tokens a chat run added (``grow_token_rows``)."""
+    state = read_source(path).state
+    rows = state["embed.token.weight"].size(0)
+    return grow_token_rows(state, vocab_size) if vocab_size > rows else state
+
+
 def encode_text(source: Source, text: str, name: str) -> np.ndarray:
     """The ids of ``text`` (the file ``name``) under the source's tokenizer; ``ValueError`` if it cannot encode it.
 
     Shapes: -> (N,) int64.
     """
     where = f"the tokenizer of --init-from {str(source.folder)!r}"
-    try:
-        ids = source.tokenizer.encode(text)
-    except ValueError as err:  # CharTokenizer names the first character it does not know
-        raise ValueError(f"{where} cannot encode {name!r}: {err}") from None
+    ids = encode_for(source.tokenizer, text, repr(name), whose=where)  # a CharTokenizer names the character
     decoded = source.tokenizer.decode(ids)
     if decoded != text:
         at = next((i for i, (a, b) in enumerate(zip(decoded, text)) if a != b), min(len(decoded), len(text)))

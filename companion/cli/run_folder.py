@@ -5,7 +5,10 @@
     DIR/run.json            human-readable: model config, tokenizer reference, training arguments, text fingerprint
     DIR/checkpoint.pt       the last checkpoint (below): what --resume continues from
     DIR/best.pt             the checkpoint of the lowest validation loss so far (weights only, no optimiser state)
-    DIR/log.csv             one row per step: step, loss, lr, grad_norm, val_loss (empty between evaluations)
+    DIR/log.csv             one row per step: step, loss, lr, grad_norm, val_loss (empty between evaluations);
+                            a --dpo run adds reward_margin, accuracy, kl and their val_ twins
+    DIR/chat.jsonl          --chat FILE's copy (pairs.jsonl for --dpo), in place of tokens.bin
+    DIR/reference.pt        a --dpo run's frozen reference: the state dict it started from
 
 The checkpoint is one ``torch.save`` dict of plain values (read back with ``torch.load(weights_only=True)``,
 which refuses arbitrary pickles): ``format``, ``model`` (state dict), ``optimizer`` (state dict; ``None`` in
@@ -39,20 +42,25 @@ import torch
 from torch import nn
 
 from companion._files import atomic_write, atomic_write_text
-from companion.data import TOKENIZER_FILES, Tokenizer, load_tokenizer
+from companion.data import TOKENIZER_FILES, HFTokenizer, Tokenizer, load_tokenizer
 from companion.finetune import apply_lora, lora_modules, merge_lora
 from companion.models import GPT, ModelConfig
 from companion.training.checkpoints import read_torch_file
 
 __all__ = [
-    "CHECKPOINT", "BEST", "CHECKPOINTS", "LOG", "TOKENS", "RUN_INFO", "RUN_FILES", "Run", "check_out_folder",
+    "CHECKPOINT", "BEST", "CHECKPOINTS", "LOG", "TOKENS", "RUN_INFO", "RUN_FILES", "DATA_FILES", "REFERENCE", "Run",
+    "check_out_folder",
     "get_rng_state",
-    "set_rng_state", "save_run_checkpoint", "read_run_checkpoint", "write_run_info", "load_run", "build_model",
+    "set_rng_state", "save_run_checkpoint", "read_run_checkpoint", "write_run_info", "load_run",
+    "load_model_folder", "build_model",
 ]  # fmt: skip
 
 CHECKPOINT, BEST, LOG, TOKENS, RUN_INFO = "checkpoint.pt", "best.pt", "log.csv", "tokens.bin", "run.json"
 CHECKPOINTS = {"latest": CHECKPOINT, "best": BEST}  # what --checkpoint names -> the file
-RUN_FILES = frozenset({CHECKPOINT, BEST, LOG, TOKENS, RUN_INFO, *TOKENIZER_FILES.values()})
+DATA_FILES = {"chat": "chat.jsonl", "dpo": "pairs.jsonl"}  # a copy of --chat / --dpo FILE, to resume without it
+REFERENCE = "reference.pt"  # a --dpo run's frozen reference: the weights it started from
+RUN_FILES = frozenset({CHECKPOINT, BEST, LOG, TOKENS, RUN_INFO, REFERENCE, *TOKENIZER_FILES.values(),
+                       *DATA_FILES.values()})  # fmt: skip
 _FORMAT = "companion-run-checkpoint-v1"
 _KEYS = ("model", "optimizer", "step", "rng", "model_config", "tokenizer", "args", "data")
 
@@ -68,7 +76,8 @@ def check_out_folder(folder: Path, *, resume: bool) -> None:
     A new run needs a missing or empty folder; ``--resume`` needs a folder holding a checkpoint. Files that
     are not part of a run (anything but ``RUN_FILES``) are never touched: the folder is refused. A new run
     may reuse a folder holding run files but no checkpoint: a run stopped while it was still writing them
-    (tokenizer, token ids), before its first checkpoint, so before any training.
+    (tokenizer, token ids), before its first checkpoint, so before any training. A folder with a ``best.pt``
+    or logged steps but no checkpoint (deleted by hand) holds trained work: refused too.
     """
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"--out {str(folder)!r} is a file; expected a folder (new or holding a run)")
@@ -83,6 +92,23 @@ def check_out_folder(folder: Path, *, resume: bool) -> None:
     if not resume and CHECKPOINT in names:
         raise ValueError(f"--out {str(folder)!r} already holds a training run; pass --resume to continue it, "
                          "or choose a new folder (nothing in it was changed)")
+    evidence = _training_evidence(folder, names)
+    if not resume and evidence:
+        raise ValueError(f"--out {str(folder)!r} holds {' and '.join(evidence)} of a trained run whose {CHECKPOINT} "
+                         "is gone; a new run would overwrite them. Move them away or choose a new folder (nothing "
+                         "in it was changed)")
+
+
+def _training_evidence(folder: Path, names: list[str]) -> list[str]:
+    """What shows that steps were trained in ``folder``: ``best.pt``, rows in ``log.csv``. A run stopped before
+    its first checkpoint has neither (its log holds the header only), so a new run may start over it."""
+    found = [BEST] if BEST in names else []
+    if LOG in names:
+        with open(folder / LOG, encoding="utf-8", errors="replace") as f:
+            rows = sum(1 for line in f if line.strip()) - 1  # the header is not a step
+        if rows > 0:
+            found.append(f"{rows} logged step{'s' if rows != 1 else ''} ({LOG})")
+    return found
 
 
 # --- random-number generator states, as plain tensors and lists (weights_only-loadable) -------------------
@@ -175,6 +201,7 @@ class Run:
     tokenizer: Tokenizer  # the tokenizer the model was trained with
     checkpoint: dict[str, Any]  # the whole checkpoint dict (``step``, ``args``, ``data``...)
     folder: Path  # the run folder it was read from
+    context: int | None = None  # the most tokens it reads at once when sampling; None: its max_seq_len
 
 
 def load_run(folder: str | Path, device: str | torch.device = "cpu", checkpoint: str = "latest", *,
@@ -201,7 +228,7 @@ def load_run(folder: str | Path, device: str | torch.device = "cpu", checkpoint:
                                 "(every --eval-every steps); use the latest checkpoint")
     if not path.is_file() and (folder / "config.json").is_file():
         raise FileNotFoundError(f"{str(folder)!r} holds no {CHECKPOINT} but a config.json: it is a Hugging Face "
-                                "model folder, which GPT.from_pretrained reads")
+                                "model folder, which GPT.from_pretrained (and companion-sample) read")
     state = read_run_checkpoint(path)
     try:
         config = ModelConfig(**state["model_config"])
@@ -214,3 +241,24 @@ def load_run(folder: str | Path, device: str | torch.device = "cpu", checkpoint:
     tokenizer = load_tokenizer(folder, state["tokenizer"])
     model.tokenizer = tokenizer  # save_pretrained writes it beside the weights
     return Run(model.to(device).eval(), tokenizer, state, folder)
+
+
+def load_model_folder(folder: str | Path, device: str | torch.device = "cpu") -> Run:
+    """A Hugging Face model folder (``companion-export``'s, or any ``GPT.from_pretrained`` reads) as a ``Run``:
+    its ``tokenizer.json`` as the tokenizer, and as context the ``model_max_length`` of its
+    ``tokenizer_config.json`` when that is shorter than the model's position table (the context it was trained
+    for). Raises ``FileNotFoundError`` / ``ValueError`` for a folder without a tokenizer or with bad weights."""
+    folder = Path(folder)
+    model = GPT.from_pretrained(folder)
+    if model.tokenizer is None:
+        raise ValueError(f"{str(folder)!r} has no tokenizer.json; sampling needs the tokenizer the model was trained "
+                         "with")
+    tokenizer = HFTokenizer(model.tokenizer)
+    model.tokenizer = tokenizer.tokenizer
+    context = None
+    settings = folder / "tokenizer_config.json"
+    if settings.is_file():
+        limit = json.loads(settings.read_text(encoding="utf-8")).get("model_max_length")
+        if isinstance(limit, int) and 2 <= limit < model.config.max_seq_len:
+            context = limit
+    return Run(model.to(device).eval(), tokenizer, {"step": None, "args": {}}, folder, context)

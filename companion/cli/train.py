@@ -42,6 +42,12 @@ weights of the last checkpoint, so the finished folder holds a plain model that 
 
     companion-train notes.txt --out tuned --init-from run --steps 300 --lr 3e-4      # every weight
     companion-train notes.txt --out tuned --init-from run --steps 300 --lora 8       # adapters only
+    companion-train --chat chats.jsonl --out chat --init-from run --steps 300        # SFT on conversations
+    companion-train --dpo pairs.jsonl --out dpo --init-from chat --beta 0.1          # DPO on preference pairs
+
+With ``--chat`` or ``--dpo`` a step is a batch of conversations or of preference pairs instead of text windows
+(:mod:`companion.cli.train_tasks`): ``--batch-size`` counts them, micro-batches weigh by scored tokens, and the
+log of a DPO run has its reward margin, accuracy and KL beside the loss.
 
 This is its own loop rather than ``companion.training.train``: it must log and checkpoint between steps and
 stop cleanly on Ctrl-C, but every step does what ``train`` does, in the same order.
@@ -66,7 +72,7 @@ from typing import Any
 import torch
 
 from companion.cli import EXIT_INTERRUPTED, EXIT_OK, UsageError, run_main
-from companion.cli.eval import score_windows, token_lengths
+from companion.cli.eval import token_lengths
 from companion.cli.machine import autocast, device_for, threads
 from companion.cli.run_folder import BEST, CHECKPOINT, LOG, TOKENS, save_run_checkpoint, write_run_info
 from companion.cli.train_args import parser
@@ -74,15 +80,17 @@ from companion.cli.train_report import (
     PROG,
     divergence_message,
     eval_line,
+    fine_tuning_line,
     past_schedule_line,
     start_lines,
     summary_lines,
 )
-from companion.cli.train_setup import model_and_optimizer, prepare, truncate_log
+from companion.cli.train_setup import example_task, model_and_optimizer, prepare, truncate_log
+from companion.cli.train_tasks import TextTask, micro_batches, rows, to_device
 from companion.data import TokenData, load_tokenizer
 from companion.finetune import merge_lora
 from companion.models import ModelConfig, num_parameters
-from companion.training import lm_loss, lr_at
+from companion.training import lr_at
 from companion.training.ddp import batch_shard, data_parallel, process_group_backend
 
 __all__ = ["main", "read_log"]
@@ -140,10 +148,17 @@ def _train(given: argparse.Namespace) -> int:
         raise UsageError(f"--batch-size {args['batch_size']} is not divisible by the {world} processes x --grad-accum "
                          f"{accum}")
     tokenizer = load_tokenizer(out, tokenizer_ref)  # fails early if the tokenizer file is missing or was changed
-    data = TokenData.open(out / TOKENS, data_info["vocab_size"], args["seq_len"], args["batch_size"], args["seed"])
-    if len(data.ids) != data_info["n_tokens"]:
-        raise ValueError(f"{str(out / TOKENS)!r} holds {len(data.ids)} ids, the run expects {data_info['n_tokens']}")
     config = ModelConfig(**prepared.config)
+    lengths = token_lengths(tokenizer, config.vocab_size)  # bytes each id spells: bits per byte
+    kind = data_info.get("kind", "text")
+    if kind == "text":
+        data = TokenData.open(out / TOKENS, data_info["vocab_size"], args["seq_len"], args["batch_size"], args["seed"])
+        if len(data.ids) != data_info["n_tokens"]:
+            raise ValueError(f"{str(out / TOKENS)!r} holds {len(data.ids)} ids, the run expects "
+                             f"{data_info['n_tokens']}")
+        task = TextTask(data, lengths, args["eval_windows"])
+    else:  # --chat / --dpo: conversations or preference pairs
+        task = example_task(args, data_info, out, tokenizer, config, lengths, device)
     steps, start = args["steps"], checkpoint["step"] if checkpoint else 0
     stop = min(given.stop_at or steps, steps)
     model, optimizer, train_config, lora = model_and_optimizer(args, config, checkpoint, device, rank)
@@ -160,8 +175,6 @@ def _train(given: argparse.Namespace) -> int:
     # what the steps run through: under torchrun the model wrapped in DDP (gradients averaged over processes)
     trained = data_parallel(model, device) if world > 1 else model
     shard = batch_shard(args["batch_size"], rank, world)
-    val_batches = data.val_batches(args["eval_windows"])
-    lengths = token_lengths(tokenizer, config.vocab_size)  # bytes each id spells: bits per byte
     best = checkpoint.get("best") if checkpoint else None  # {"step", "val_loss", "bits_per_byte"} of best.pt
     saved_at = start
 
@@ -187,17 +200,15 @@ def _train(given: argparse.Namespace) -> int:
     bar = tqdm(total=stop, initial=start, desc="train", disable=not progress or rank != 0, leave=False)
     say = (bar.write if progress else print) if rank == 0 else (lambda message: None)
     n_params = num_parameters(model)
-    for line in start_lines(data_info, tokenizer_ref["kind"], config.vocab_size, data.n_train, data.n_val, n_params,
-                            start, stop, steps, str(device), args["dtype"]):  # fmt: skip
+    for line in start_lines(data_info, tokenizer_ref["kind"], config.vocab_size, task, n_params, start, stop, steps,
+                            str(device), args["dtype"]):  # fmt: skip
         say(line)
     for note in prepared.notes:
         say(f"{PROG}: {note}")
     if (line := past_schedule_line(start, stop, args["schedule_steps"], floor, out)) is not None:
         say(line)
     if args["init_from"]:
-        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        what = f"LoRA rank {args['lora']} on {', '.join(lora['targets'])}" if lora else "every weight"
-        say(f"{PROG}: fine-tuning {str(args['init_from'])!r}: {what} ({trainable:,} trainable parameters)")
+        say(fine_tuning_line(args, model, lora))
 
     interrupted = threading.Event()
     done, updating, last = start, False, None
@@ -209,42 +220,51 @@ def _train(given: argparse.Namespace) -> int:
             for step in range(start, stop):
                 if interrupted.is_set():
                     break
-                batch = data.train_batch(step)[shard].to(device)  # (B / world, T + 1)
+                batch = to_device(rows(task.batch(step), shard), device)  # B / world examples
                 updating = True  # from here until the step is done the state is half new: no checkpoint
                 lr = lr_at(step, train_config)  # past the schedule's end: its floor
                 for group in optimizer.param_groups:
                     group["lr"] = lr
                 optimizer.zero_grad(set_to_none=True)
-                total = torch.zeros((), device=device)
-                for k, micro in enumerate(batch.tensor_split(accum)):  # (B / world / accum, T + 1) each
+                micros = micro_batches(batch, accum)  # B / world / accum examples each
+                weights = [task.weight(micro) for micro in micros]  # what each one's mean is over
+                # the batch's mean: equal micro-batches weigh 1/accum, others by their scored tokens (--chat)
+                equal, shares = len(set(weights)) == 1, [w / sum(weights) for w in weights]
+                total = torch.zeros(1 + len(task.columns), device=device)  # the loss, then the task's numbers
+                for k, micro in enumerate(micros):
                     # under DDP only the last micro-batch's backward averages the gradients over processes
                     sync = trained.no_sync() if world > 1 and k < accum - 1 else contextlib.nullcontext()
                     with sync:
                         with autocast(device, args["dtype"]):
-                            loss = lm_loss(trained, micro)
+                            loss, metrics = task.loss(trained, micro)
                         if not torch.isfinite(loss):
                             raise ValueError(divergence_message(loss.item(), step + 1, lr, args["lr"], out, saved_at))
-                        (loss / accum).backward()  # the mean over the whole batch: equal micro-batches
-                    total += loss.detach()
+                        (loss / accum if equal else loss * shares[k]).backward()
+                    numbers = torch.stack([loss.detach(), *(metrics[c] for c in task.columns)])
+                    total += numbers if equal else numbers * shares[k]
+                if equal:
+                    total /= accum
                 grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train_config.grad_clip or float("inf"))
                 optimizer.step()
-                logged = total / accum
                 if world > 1:
-                    dist.all_reduce(logged)
-                    logged /= world  # the mean over processes: the loss of the whole global batch
+                    dist.all_reduce(total)
+                    total /= world  # the mean over processes: the numbers of the whole global batch
+                logged, step_metrics = total[0], total[1:].tolist()
                 done, updating = step + 1, False
-                val = ""
+                val = [""] * (1 + len(task.columns))
                 if done % args["eval_every"] == 0 or done == steps:  # not at --stop-at: the log must not depend on it
-                    score = score_windows(model, val_batches, lengths, device, args["dtype"])
-                    last = {"step": done, "val_loss": score.loss, "bits_per_byte": score.bits_per_byte}
+                    score = task.evaluate(model, device, args["dtype"])
+                    last = {"step": done, "val_loss": score.loss, "bits_per_byte": score.bits_per_byte,
+                            **score.metrics}  # fmt: skip
                     is_best = best is None or score.loss < best["val_loss"]
                     if is_best:
                         best = last
                         save(done, BEST)
-                    val = repr(score.loss)
-                    say(eval_line(done, steps, logged.item(), score, is_best))
+                    val = [repr(score.loss), *(repr(score.metrics[c]) for c in task.columns)]
+                    say(eval_line(done, steps, logged.item(), score, is_best, dict(zip(task.columns, step_metrics))))
                 if log is not None:
-                    log.write(f"{done},{logged.item()!r},{lr!r},{float(grad_norm)!r},{val}\n")
+                    row = [done, repr(logged.item()), repr(lr), repr(float(grad_norm)), *map(repr, step_metrics), *val]
+                    log.write(",".join(map(str, row)) + "\n")
                 bar.update(1)
                 bar.set_postfix(loss=f"{logged.item():.3f}", val=f"{last['val_loss']:.3f}" if last else "-")
                 if done % args["checkpoint_every"] == 0 or done == stop:

@@ -15,7 +15,9 @@ or a fresh warm-up from these weights with ``--init-from``).
 
 A fine-tuning run (``--init-from SOURCE``, chapter 13) takes its tokenizer and model shape from SOURCE:
 ``init_from_args`` fills the model flags from the source's config and refuses them on the command line;
-``--seq-len`` (the training window) may be given, up to the model's context, and ``--dropout`` too.
+``--seq-len`` (the training window) may be given, up to the model's context, and ``--dropout`` too. With
+``--chat FILE`` or ``--dpo FILE`` (and ``--beta``) it trains on conversations or preference pairs instead of a
+text (:mod:`companion.cli.chat_data`, :mod:`companion.cli.train_tasks`).
 
 Every value is checked here, before anything is written: a flag argparse cannot parse, a number out of range
 (``--lr inf``), and whatever ``TrainConfig`` would refuse, each named by its flag.
@@ -27,18 +29,26 @@ import argparse
 import math
 from typing import Any
 
-from companion.cli import ArgumentParser, UsageError, non_negative_int, number_type, positive_float, positive_int
+from companion.cli import (
+    ArgumentParser,
+    UsageError,
+    non_negative_int,
+    number_type,
+    positive_float,
+    positive_int,
+    seed_int,
+)
 from companion.cli.machine import DEVICES, DTYPES
 from companion.models import ModelConfig
 from companion.training import TrainConfig
 
-__all__ = ["DEFAULTS", "MODEL_FLAGS", "SHAPE_FLAGS", "parser", "resolve_args", "init_from_args", "model_config_for",
-           "train_config_for"]  # fmt: skip
+__all__ = ["DEFAULTS", "DPO_BETA", "MODEL_FLAGS", "SHAPE_FLAGS", "parser", "resolve_args", "init_from_args",
+           "model_config_for", "train_config_for"]  # fmt: skip
 
 # The tokenizer and the model's shape: chosen by a new run, taken from SOURCE by a fine-tuning run.
 SHAPE_FLAGS = ("tokenizer", "vocab_size", "arch", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff")
 # Flags that define the model and its data: fixed for the life of a run (a resume must not change them).
-MODEL_FLAGS = (*SHAPE_FLAGS, "seq_len", "dropout", "init_from", "lora")
+MODEL_FLAGS = (*SHAPE_FLAGS, "seq_len", "dropout", "init_from", "lora", "chat", "dpo", "beta")
 # Defaults of every flag whose default a resumed run takes from its checkpoint instead.
 DEFAULTS: dict[str, Any] = {
     "tokenizer": "bpe", "vocab_size": None, "arch": "gpt2", "d_model": 128, "n_layers": 4, "n_heads": 4,
@@ -46,14 +56,15 @@ DEFAULTS: dict[str, Any] = {
     "batch_size": 12, "grad_accum": 1, "lr": 1e-3, "min_lr_ratio": 0.1, "warmup": None, "weight_decay": 0.1,
     "beta1": 0.9, "beta2": 0.99, "grad_clip": 1.0, "seed": 0, "steps": 1000, "eval_every": 100, "eval_windows": 64,
     "checkpoint_every": None, "device": "auto", "dtype": "float32", "init_from": None, "lora": None,
+    "chat": None, "dpo": None, "beta": None,
 }  # fmt: skip  (nanoGPT's CPU recipe: 4 layers, 4 heads, width 128, context 64, batch 12, β2 0.99)
+DPO_BETA = 0.1  # Rafailov et al. 2023 use 0.1 (and 0.5) for dialogue; chapter 13 compares 0.1 and 10
 # TrainConfig's fields and the flags that set them, to name a refused value by its flag
 _TRAIN_FLAGS = {"steps": "--steps", "lr": "--lr", "min_lr_ratio": "--min-lr-ratio", "warmup_steps": "--warmup",
                 "weight_decay": "--weight-decay", "betas[0]": "--beta1", "betas[1]": "--beta2",
                 "grad_clip": "--grad-clip"}  # fmt: skip
 
 
-_seed = number_type("an integer in [0, 2**32)", int, lambda v: 0 <= v < 1 << 32)  # what NumPy's seed takes
 _non_negative_float = number_type("a finite number >= 0", float, lambda v: math.isfinite(v) and v >= 0)
 _ratio = number_type("a number between 0 and 1", float, lambda v: 0 <= v <= 1)
 _beta = number_type("a number in [0, 1)", float, lambda v: 0 <= v < 1)
@@ -96,7 +107,7 @@ def parser() -> ArgumentParser:
     g.add_argument("--beta1", type=_beta, help="Adam β1 (default 0.9)")
     g.add_argument("--beta2", type=_beta, help="Adam β2 (default 0.99)")
     g.add_argument("--grad-clip", type=_non_negative_float, help="clip the gradient norm to this; 0: off (default 1)")
-    g.add_argument("--seed", type=_seed, help="seeds the weights and the batches (default 0)")
+    g.add_argument("--seed", type=seed_int, help="seeds the weights and the batches (default 0)")
     g = p.add_argument_group("loop")
     g.add_argument("--steps", type=positive_int, help="the run's last step (default 1000). A new run's cosine "
                    "schedule spans its --steps; with --resume a larger --steps trains on at the schedule's floor "
@@ -123,6 +134,15 @@ def parser() -> ArgumentParser:
     g.add_argument("--lora", type=positive_int, metavar="R", help="with --init-from: train rank-R LoRA adapters "
                    "(alpha = 2R) on every attention and FFN projection instead of all weights; the last checkpoint "
                    "holds the merged weights")
+    g.add_argument("--chat", metavar="FILE", help="with --init-from, instead of TEXT_FILE: supervised fine-tuning on "
+                   "conversations, one JSON object per line, {\"messages\": [{\"role\": \"user\", \"content\": ...}, "
+                   "{\"role\": \"assistant\", \"content\": ...}]}; only the assistant's tokens are trained on; "
+                   "the last 10%% of the lines validate")
+    g.add_argument("--dpo", metavar="FILE", help="with --init-from, instead of TEXT_FILE: direct preference "
+                   "optimisation on pairs, one per line, {\"prompt\": ..., \"chosen\": ..., \"rejected\": ...}, "
+                   "against the starting model, frozen; logs loss, reward margin, accuracy and KL")
+    g.add_argument("--beta", type=positive_float, help="with --dpo: the strength of the KL leash to the reference, "
+                   f"β (default {DPO_BETA:g})")
     return p
 
 
@@ -170,6 +190,7 @@ def resolve_args(
         args["warmup"] = min(100, args["steps"] // 10)
     if args["checkpoint_every"] is None:
         args["checkpoint_every"] = args["eval_every"]
+    _check_example_flags(given, args)
     if args["lora"] is not None and args["init_from"] is None:
         raise UsageError(f"--lora {args['lora']} fine-tunes a pretrained model through adapters; pass --init-from "
                          "SOURCE too")
@@ -181,6 +202,23 @@ def resolve_args(
                          "each micro-batch holds batch-size / grad-accum windows")
     train_config_for(args)  # every optimiser and schedule value, checked before anything is written
     return args
+
+
+def _check_example_flags(given: argparse.Namespace, args: dict[str, Any]) -> None:
+    """--chat and --dpo: fine-tuning data in place of TEXT_FILE, from --init-from; --beta belongs to --dpo."""
+    if args["chat"] is not None and args["dpo"] is not None:
+        raise UsageError("--chat and --dpo are two kinds of fine-tuning; pass one (first --chat, then --dpo "
+                         "from its run with --init-from)")
+    flag = "--chat" if args["chat"] is not None else "--dpo" if args["dpo"] is not None else None
+    if flag is not None and args["init_from"] is None:
+        raise UsageError(f"{flag} fine-tunes a trained model; pass --init-from SOURCE (a companion-train run or a "
+                         "Hugging Face folder)")
+    if flag is not None and getattr(given, "text_file", None) is not None:
+        raise UsageError(f"{flag} FILE is the training data; leave out TEXT_FILE {given.text_file!r}")
+    if args["beta"] is not None and args["dpo"] is None:
+        raise UsageError(f"--beta {args['beta']:g} is the DPO loss's β; it needs --dpo FILE")
+    if args["dpo"] is not None and args["beta"] is None:
+        args["beta"] = DPO_BETA
 
 
 def init_from_args(given: argparse.Namespace, config: ModelConfig, tokenizer_kind: str, seq_len: int) -> dict:

@@ -3,7 +3,8 @@ when the loss diverges. Pure functions from numbers to lines, so the words are i
 
 The summary names the model's size (parameters), how long the steps took, and the validation loss three ways
 (nats per token, perplexity, bits per byte; ``companion.cli.eval.Score``) for the last evaluation and for the
-best one, the checkpoint ``DIR/best.pt`` keeps.
+best one, the checkpoint ``DIR/best.pt`` keeps; a ``--dpo`` run's lines give its loss, reward margin, accuracy
+and KL instead (:mod:`companion.cli.train_tasks`). A LoRA run says that its trainable parameters are the adapters.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-from companion.cli.eval import Score
+from torch import nn
+
 from companion.cli.run_folder import BEST, CHECKPOINT
 
-__all__ = ["PROG", "start_lines", "past_schedule_line", "eval_line", "summary_lines", "divergence_message"]
+__all__ = ["PROG", "start_lines", "fine_tuning_line", "past_schedule_line", "eval_line", "summary_lines",
+           "divergence_message"]  # fmt: skip
 
 PROG = "companion-train"
 
@@ -24,11 +27,32 @@ def _millions(n: int) -> str:
     return f"{n / 1e6:.2f} M" if n >= 1_000_000 else f"{n:,}"
 
 
-def start_lines(data: dict[str, Any], kind: str, vocab: int, n_train: int, n_val: int, n_params: int, start: int,
-                stop: int, steps: int, device: str, dtype: str) -> list[str]:  # fmt: skip
+def start_lines(data: dict[str, Any], kind: str, vocab: int, task: Any, n_params: int, start: int, stop: int,
+                steps: int, device: str, dtype: str) -> list[str]:  # fmt: skip
     """The first line of a run: its data, its model, the steps of this invocation and where they run."""
-    return [f"{PROG}: {data['n_tokens']:,} tokens ({kind}, vocabulary {vocab:,}; train {n_train:,} / validation "
-            f"{n_val:,}); {_millions(n_params)} parameters; steps {start + 1}..{stop} of {steps} on {device} ({dtype})"]
+    if data.get("kind", "text") == "text":
+        what = f"{data['n_tokens']:,} tokens ({kind}, vocabulary {vocab:,}; train {task.n_train:,} / validation " \
+               f"{task.n_val:,})"
+    else:
+        what = f"{data['n_examples']:,} {task.unit} ({data['n_tokens']:,} tokens, {kind}, vocabulary {vocab:,}; " \
+               f"train {task.n_train:,} / validation {task.n_val:,})"
+    return [f"{PROG}: {what}; {_millions(n_params)} parameters; steps {start + 1}..{stop} of {steps} on {device} "
+            f"({dtype})"]
+
+
+def fine_tuning_line(args: dict[str, Any], model: nn.Module, lora: dict[str, Any] | None) -> str:
+    """What a fine-tuning run trains: every weight, or only the LoRA adapters (named), and how many numbers."""
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
+    what = (" on chats (assistant turns only)" if args.get("chat")
+            else f" by DPO (β = {args['beta']:g})" if args.get("dpo") else "")  # fmt: skip
+    if lora is None:
+        return (f"{PROG}: fine-tuning {str(args['init_from'])!r}{what}: every weight ({trainable:,} trainable "
+                "parameters)")
+    return (f"{PROG}: fine-tuning {str(args['init_from'])!r}{what}: {trainable:,} trainable parameters, all of them "
+            f"LoRA adapters (lora_A, lora_B; rank {lora['r']}, alpha {lora['alpha']:g}) on "
+            f"{', '.join(lora['targets'])}; the model's own {frozen:,} weights are frozen, and the adapters are "
+            "merged into them at the last step")
 
 
 def past_schedule_line(start: int, stop: int, schedule_steps: int, floor: float, folder: Path) -> str | None:
@@ -43,14 +67,27 @@ def past_schedule_line(start: int, stop: int, schedule_steps: int, floor: float,
             f"warm-up and cosine from these weights, --init-from {str(folder)!r} --out NEW")
 
 
-def eval_line(step: int, steps: int, train_loss: float, score: Score, best: bool) -> str:
-    """One evaluation: the step, the batch loss, and the validation loss (per token and per byte)."""
+def _numbers(metrics: dict[str, float]) -> str:
+    """DPO's numbers in words: reward margin, accuracy, KL."""
+    return (f"reward margin {metrics['reward_margin']:.4f}, accuracy {metrics['accuracy']:.0%}, KL "
+            f"{metrics['kl']:.4f}")
+
+
+def eval_line(step: int, steps: int, train_loss: float, score: Any, best: bool,
+              train_metrics: dict[str, float] | None = None) -> str:  # fmt: skip
+    """One evaluation: the step, the batch loss, and the validation loss (per token and per byte; for DPO, the
+    reward margin, accuracy and KL of the batch and of the held-out pairs)."""
     mark = f" (lowest so far: {BEST})" if best else ""
+    if score.bits_per_byte is None:  # DPO
+        return (f"step {step}/{steps}: train loss {train_loss:.4f}, {_numbers(train_metrics or {})}; val loss "
+                f"{score.loss:.4f}, {_numbers(score.metrics)}{mark}")
     return (f"step {step}/{steps}: train loss {train_loss:.4f}, val loss {score.loss:.4f} "
             f"({score.bits_per_byte:.3f} bits per byte){mark}")
 
 
 def _quality(record: dict[str, Any]) -> str:
+    if record.get("bits_per_byte") is None:  # DPO
+        return f"val DPO loss {record['val_loss']:.4f}, {_numbers(record)}"
     return (f"val loss {record['val_loss']:.4f} nats/token, perplexity {math.exp(record['val_loss']):.2f}, "
             f"{record['bits_per_byte']:.3f} bits per byte")
 

@@ -19,8 +19,11 @@ so it takes two merges to become one token, and a Chinese text uses a thousand o
 With 512 tokens most of them stay split into bytes, and the model spends its capacity gluing bytes together:
 measured on the course's Chinese source notes (136 KB, a quarter of the characters CJK) with the default model
 and 1,000 steps, BPE-512 scores worse than characters (2.52 against 2.24 bits per byte), BPE-2,048 better
-(1.92). So a text whose characters are at least 20 % three- or four-byte ones (Chinese, Japanese, Korean,
-emoji) gets ``WIDE_SCRIPT_VOCAB`` tokens, other text ``DEFAULT_VOCAB``; pass ``--vocab-size`` to choose.
+(1.92). The decision counts **bytes**, not characters, because bytes are what a byte-level BPE starts from:
+a text whose UTF-8 bytes are at least 25 % in three- or four-byte characters (Chinese, Japanese, Korean, emoji)
+gets ``WIDE_SCRIPT_VOCAB`` tokens, other text ``DEFAULT_VOCAB``; pass ``--vocab-size`` to choose. (Counted by
+characters, a text with 40 % of its bytes in Chinese is only 18 % Chinese characters, and it lost 0.6 bits per
+byte with the alphabetic default; the course's Chinese notes are about half Chinese by bytes.)
 """
 
 from __future__ import annotations
@@ -44,13 +47,15 @@ __all__ = [
 TOKENIZER_FILES = {"char": "tokenizer.char.json", "bpe": "tokenizer.bpe", "hf": "tokenizer.json"}  # kind -> file
 DEFAULT_VOCAB = 512  # alphabetic text: 256 bytes + 256 merges spell its common words
 WIDE_SCRIPT_VOCAB = 2048  # text of three-byte characters (CJK): room for its common characters as single tokens
-WIDE_SHARE = 0.2  # from this share of three- and four-byte characters on, a text counts as written in such a script
+WIDE_SHARE = 0.25  # from this share of UTF-8 bytes in three- and four-byte characters on: such a script
 _CHAR_FORMAT = "companion-char-tokenizer-v1"
 
 
 class HFTokenizer:
     """A Hugging Face ``tokenizers.Tokenizer`` (a model folder's ``tokenizer.json``) with the course's interface:
-    ``encode(text) -> list[int]`` (no special tokens added), ``decode(ids) -> str``, ``vocab_size``.
+    ``encode(text) -> list[int]`` (no special tokens added), ``decode(ids) -> str``, ``vocab_size``; and, for the
+    chat template (``companion.finetune.encode_chat``), ``special_tokens``, ``encode_ordinary`` and
+    ``register_special_tokens``.
 
     Needs the ``tokenizers`` package, imported only when such a tokenizer is read.
     """
@@ -79,6 +84,30 @@ class HFTokenizer:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)
 
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        """The special (added) tokens, ``{token: id}``, as ``BPETokenizer.special_tokens``."""
+        return {t.content: i for i, t in self.tokenizer.get_added_tokens_decoder().items() if t.special}
+
+    def register_special_tokens(self, special_tokens: dict[str, int]) -> None:
+        """Add special tokens at the ids given, which must be the next free ones (``tokenizers`` numbers them)."""
+        from tokenizers import AddedToken
+
+        for token, i in sorted(special_tokens.items(), key=lambda item: item[1]):
+            if i != self.vocab_size:
+                raise ValueError(f"special token {token!r} asks for id {i}; a tokenizer.json adds tokens at the next "
+                                 f"free id, {self.vocab_size}")
+            self.tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False)])
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        """Ids of ``text`` with special tokens written in it read as plain characters (chat message contents)."""
+        before = self.tokenizer.encode_special_tokens
+        self.tokenizer.encode_special_tokens = True
+        try:
+            return self.tokenizer.encode(text, add_special_tokens=False).ids
+        finally:
+            self.tokenizer.encode_special_tokens = before
+
     def token_to_id(self, token: str) -> int:
         i = self.tokenizer.token_to_id(token)
         if i is None:
@@ -94,10 +123,12 @@ Tokenizer = CharTokenizer | BPETokenizer | HFTokenizer
 
 def default_vocab_size(text: str) -> tuple[int, str]:
     """The BPE vocabulary size for ``text`` when none is given, and why (a phrase the run prints)."""
-    wide = sum(1 for ch in text if ord(ch) >= 0x800) / max(1, len(text))  # 3 or 4 bytes in UTF-8
+    n_bytes = len(text.encode("utf-8"))
+    wide = sum(len(ch.encode("utf-8")) for ch in text if ord(ch) >= 0x800) / max(1, n_bytes)  # 3- or 4-byte chars
     if wide >= WIDE_SHARE:
-        return WIDE_SCRIPT_VOCAB, (f"{wide:.0%} of its characters take three or four bytes (Chinese, Japanese, "
-                                   f"Korean...), which {DEFAULT_VOCAB} tokens cannot hold as whole characters")
+        return WIDE_SCRIPT_VOCAB, (f"{wide:.0%} of its UTF-8 bytes are in characters of three or four bytes "
+                                   f"(Chinese, Japanese, Korean...), which {DEFAULT_VOCAB} tokens cannot hold as "
+                                   "whole characters")
     return DEFAULT_VOCAB, "the default for alphabetic text"
 
 

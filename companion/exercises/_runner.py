@@ -75,6 +75,7 @@ class Check:
     kind: str = "function"  # "function": the reader passes a function; "value": an answer
     time_limit: float | None = None  # seconds per case (default: TIME_LIMIT_S)
     choices: tuple[str, ...] = ()  # value checks with a choice: the allowed answers, e.g. ("a", "b", "c")
+    exact_count: bool = False  # value checks of a count: a near answer passes as "close; the exact count is N"
 
     def __post_init__(self) -> None:
         if self.kind not in ("function", "value"):
@@ -112,6 +113,7 @@ def value_check(
     rtol: float = 1e-2,
     atol: float = 0.0,
     time_limit: float | None = None,
+    exact_count: bool = False,
 ) -> Check:
     """A check of a predicted value: ``check(name, 4096)``.
 
@@ -121,6 +123,8 @@ def value_check(
     and tuples match part by part. ``mistakes`` maps known wrong answers to hints naming the mistake (a
     dict, or a list of pairs when the wrong answers are not hashable); they are matched with the same
     tolerance. A failing number is reported as too high / too low, never with the right value.
+    ``exact_count=True`` (a count someone may round, as papers do): a number within the tolerance that is not
+    the exact count passes with "close; the exact count is N" (the reader did the work; the digits are given).
     """
     pairs = list(mistakes.items()) if isinstance(mistakes, Mapping) else list(mistakes)
 
@@ -129,7 +133,8 @@ def value_check(
         return [Case("answer", expected=value, mistakes=pairs, rtol=rtol, atol=atol)]
 
     return Check(
-        name, signature, description, hint, make_cases, atol=atol, rtol=rtol, kind="value", time_limit=time_limit
+        name, signature, description, hint, make_cases, atol=atol, rtol=rtol, kind="value", time_limit=time_limit,
+        exact_count=exact_count,
     )
 
 
@@ -407,6 +412,14 @@ def _fail(check: Check, text: str, hint: str | None = None) -> bool:
     return False
 
 
+def _inexact(answer: Any, expected: Any) -> bool:
+    """A number that passed its tolerance but is not exactly ``expected``."""
+    try:
+        return float(answer) != float(expected)
+    except (TypeError, ValueError):
+        return False
+
+
 def run(check: Check, answer: Any) -> bool:
     """Try ``answer`` on every case of ``check``, print one verdict, return whether all cases matched."""
     threads = torch.get_num_threads()
@@ -477,7 +490,9 @@ def _run(check: Check, answer: Any) -> bool:
             failures.append((case.label, problem[1], hint))
     n = len(cases)
     if not failures:
-        if check.kind == "value":
+        if check.kind == "value" and check.exact_count and _inexact(answer, cases[0].expected):
+            print(f"✅ PASS {check.name}: close; the exact count is {int(cases[0].expected):,}")
+        elif check.kind == "value":
             print(f"✅ PASS {check.name}: your answer is right")
         else:
             print(f"✅ PASS {check.name}: all {n} cases match")

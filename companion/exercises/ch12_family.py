@@ -101,7 +101,8 @@ VIT_PARAMETERS = value_check(
         "768 × 768 patch projection.",
         124_439_808: "that is GPT-2 small, whose 50,257-token table is most of the difference.",
     },
-    rtol=1e-3,
+    rtol=1e-3,  # 86.6 M, the paper's rounding, passes too, and the verdict gives the exact count
+    exact_count=True,
 )
 
 

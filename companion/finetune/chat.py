@@ -36,13 +36,16 @@ from torch import Tensor, nn
 from companion._checks import check_bool, check_labels, check_positive_int, check_token_id
 from companion.finetune.logprobs import IGNORE_INDEX, check_labelled_batch
 
-__all__ = ["ROLES", "ROLE_TOKENS", "END", "CHAT_TOKENS", "add_chat_tokens", "chat_template", "encode_chat",
-           "encode_prompt", "sft_batch", "sft_loss"]  # fmt: skip
+__all__ = ["ROLES", "ROLE_TOKENS", "END", "CHAT_TOKENS", "add_chat_tokens", "grow_token_rows", "chat_template",
+           "encode_chat", "encode_prompt", "sft_batch", "sft_loss", "JINJA_CHAT_TEMPLATE"]  # fmt: skip
 
 ROLES = ("system", "user", "assistant")
 ROLE_TOKENS = {"system": "<|system|>", "user": "<|user|>", "assistant": "<|assistant|>"}  # opens a message
 END = "<|end|>"  # closes every message; for the assistant it is also "stop generating"
 CHAT_TOKENS = (*ROLE_TOKENS.values(), END)
+# chat_template in Jinja, for tokenizer_config.json: transformers' apply_chat_template renders the same text
+JINJA_CHAT_TEMPLATE = ("{% for message in messages %}{{ '<|' + message['role'] + '|>' + message['content'] + "
+                       "'<|end|>' }}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}")
 
 
 def add_chat_tokens(tokenizer: Any) -> dict[str, int]:
@@ -58,6 +61,24 @@ def add_chat_tokens(tokenizer: Any) -> dict[str, int]:
     start = tokenizer.vocab_size
     tokenizer.register_special_tokens({t: start + i for i, t in enumerate(missing)})
     return {t: tokenizer.special_tokens[t] for t in CHAT_TOKENS}
+
+
+def grow_token_rows(state: Mapping[str, Tensor], vocab_size: int) -> dict[str, Tensor]:
+    """A GPT state dict with ``vocab_size`` rows in its token table and output head, for tokens added to the
+    tokenizer after training (``add_chat_tokens``). The new rows start at the mean of the old ones (Hewitt 2021,
+    "Initializing new word embeddings"): the model's outputs on old tokens barely move, and a new token's logit
+    starts at the average logit, neither dominant nor impossible. A tied head stays tied (both entries grow alike).
+
+    Raises ``ValueError`` if ``vocab_size`` is smaller than the table.
+    """
+    out = dict(state)
+    for key in ("embed.token.weight", "lm_head.weight"):
+        old = state[key]  # (V_old, D)
+        if vocab_size < old.size(0):
+            raise ValueError(f"vocab_size={vocab_size} is smaller than the {old.size(0)} rows of {key}; expected more")
+        extra = old.float().mean(0, keepdim=True).to(old.dtype).expand(vocab_size - old.size(0), -1)  # (V_new, D)
+        out[key] = torch.cat([old, extra])  # (vocab_size, D)
+    return out
 
 
 def _check_messages(messages: Any) -> list[tuple[str, str]]:
