@@ -26,8 +26,8 @@ LAB_HIDDEN := ["__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "_ext", "_sta
 
 venv: $(STAMP)
 
-# pip installs without byte-compiling, then compileall does what pip would, on every core (a third of the time of
-# a fresh install); like pip, it passes over the files that do not compile (torch ships a helper in 3.12 syntax).
+# pip installs without byte-compiling, then compileall does what pip would, on every core (about 40 % of the CPU
+# time of a fresh install); like pip, it passes over files that do not compile (torch ships one in 3.12 syntax).
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile -r requirements.txt
@@ -53,7 +53,7 @@ pot: $(STAMP)
 # `make test`: the venv, then five stages, two at a time (make -j2, in the order listed: each stage alone leaves
 # a core idle part of the time, in its start-up and its tail), then a table of each stage's wall and CPU
 # seconds, failed ones included. A failing stage fails make test; -k lets the others finish first.
-# `make test-unit`, `make test-book`... run one stage (test-book needs test-build first).
+# `make test-unit`, `make test-book`... run one stage (test-book builds first).
 TIMES := _build/test-times.tsv
 TIMED = $(PYTHON) scripts/timed.py $(TIMES)
 # The floating-point path of make test's nbval: generic kernels and MKL's compatible path, never the one
