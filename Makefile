@@ -7,24 +7,31 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-requirements
+# The stages of `make test` (test-nbval, test-build...), in the order they start: the longest first.
+STAGES := nbval build ruff unit book
 NOTEBOOKS := $(sort $(wildcard book/*.ipynb book/appendix/*.ipynb))
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 export TOKENIZERS_PARALLELISM := false
 # Building, testing and re-running the course never touches the network. Not exported to `make lab`: there a
 # learner may download GPT-2 (chapter 11), and the cell that does it says in one line when it cannot.
-OFFLINE_TARGETS := book book-en book-zh pot test unit nbval notebooks workbooks bench
+OFFLINE_TARGETS := book book-en book-zh pot test $(addprefix test-,$(STAGES)) unit nbval nbval-paths notebooks workbooks \
+	bench
 $(OFFLINE_TARGETS): export HF_HUB_OFFLINE := 1
 $(OFFLINE_TARGETS): export TRANSFORMERS_OFFLINE := 1
 # What JupyterLab's file browser leaves out (its defaults, then the book's build folders and output).
 LAB_HIDDEN := ["__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "_ext", "_static", "_templates", "_build", "*.egg-info"]
 
-.PHONY: venv book book-en book-zh pot test unit nbval booktest lab notebooks workbooks bench clean
+.PHONY: venv book book-en book-zh pot test $(addprefix test-,$(STAGES)) unit nbval nbval-paths lab notebooks workbooks \
+	bench clean
 
 venv: $(STAMP)
 
+# pip installs without byte-compiling, then compileall does what pip would, on every core (about 40 % of the CPU
+# time of a fresh install); like pip, it passes over files that do not compile (torch ships one in 3.12 syntax).
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile -r requirements.txt
+	$(BIN)/python -m compileall -q -q -j 0 $(VENV)/lib >/dev/null || true
 	cp requirements.txt $(STAMP)
 
 # Both editions: English at _build/html/, Chinese (from locales/zh_CN) at _build/html/zh/, same page paths.
@@ -43,21 +50,59 @@ book-zh: $(STAMP)
 pot: $(STAMP)
 	$(BIN)/python scripts/i18n.py pot
 
-test: $(STAMP)
-	$(BIN)/ruff check companion tests benchmarks
-	$(BIN)/python -m pytest tests -m "not book" -n 2 --dist loadfile -q -p no:cacheprovider
-	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with book/nbval_sanitize.cfg \
-		-n 2 --dist loadfile -q -p no:cacheprovider $(NOTEBOOKS)
-	$(BIN)/python scripts/i18n.py build-all --fresh
-	rm -f _build/axe-report.txt
-	BOOK_PREBUILT=1 $(BIN)/python -m pytest tests -m book -n 2 -q -p no:cacheprovider
+# `make test`: the venv, then five stages, two at a time (make -j2, in the order listed: each stage alone leaves
+# a core idle part of the time, in its start-up and its tail), then a table of each stage's wall and CPU
+# seconds, failed ones included. A failing stage fails make test; -k lets the others finish first.
+# `make test-unit`, `make test-book`... run one stage (test-book builds first).
+TIMES := _build/test-times.tsv
+TIMED = $(PYTHON) scripts/timed.py $(TIMES)
+# The floating-point path of make test's nbval: generic kernels and MKL's compatible path, never the one
+# `make notebooks` stores outputs from (native), so an output that depends on the processor fails here, on
+# every machine, not only on a reader's. Override with NBVAL_FP_ENV= (native) or another setting.
+NBVAL_FP_ENV ?= ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE
+NATIVE_FP := env -u ATEN_CPU_CAPABILITY -u MKL_CBWR
+NBVAL := $(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with book/nbval_sanitize.cfg \
+	-n 2 --dist loadfile -q -p no:cacheprovider
+
+test:
+	@rm -f $(TIMES)
+	@rc=0; $(TIMED) venv -- $(MAKE) --no-print-directory venv \
+		&& $(MAKE) --no-print-directory -k -j2 -O $(addprefix test-,$(STAGES)) || rc=$$?; \
+		$(TIMED) --report venv $(STAGES) || rc=1; exit $$rc
+
+test-build: $(STAMP)
+	@$(TIMED) build -- $(BIN)/python scripts/i18n.py build-all --fresh --templates
+
+test-ruff: $(STAMP)
+	@$(TIMED) ruff -- $(BIN)/ruff check companion tests benchmarks scripts/timed.py
+
+test-unit: $(STAMP)
+	@$(TIMED) unit -- $(BIN)/python -m pytest tests -m "not book" -n 2 --dist loadfile -q -p no:cacheprovider
+
+# The chapters in reverse order: the long ones (10-14) go first to the two workers, the short ones fill the end.
+test-nbval: $(STAMP)
+	@$(TIMED) nbval -- env $(NBVAL_FP_ENV) $(NBVAL) $(shell printf '%s\n' $(NOTEBOOKS) | sort -r)
+
+test-book: $(STAMP) test-build
+	@rm -f _build/axe-report.txt
+	@$(TIMED) book -- env BOOK_PREBUILT=1 $(BIN)/python -m pytest tests -m book -n 2 -q -p no:cacheprovider
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests -m "not book" -n 2 --dist loadfile -q
 
+# nbval on every chapter, or on one: `make nbval NB=book/12_family.ipynb`. It runs on the floating-point path
+# of its environment; to reproduce a failure of make test's nbval stage:
+# `ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE make nbval NB=...`.
 nbval: $(STAMP)
-	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with book/nbval_sanitize.cfg \
-		-n 2 --dist loadfile -q $(NOTEBOOKS)
+	$(NBVAL) $(if $(NB),$(NB),$(NOTEBOOKS))
+
+# The stored outputs hold on three floating-point paths: native, AVX2 kernels, generic kernels with MKL's
+# compatible path (the last is make test's). Not part of make test (three times nbval's time).
+nbval-paths: $(STAMP)
+	@rc=0; for path in "" "ATEN_CPU_CAPABILITY=avx2" "ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE"; do \
+		echo "== nbval on the $${path:-native} path"; \
+		$(NATIVE_FP) $$path $(NBVAL) $(if $(NB),$(NB),$(NOTEBOOKS)) || { rc=1; echo "== FAILED on the $${path:-native} path"; }; \
+	done; exit $$rc
 
 # JupyterLab on the repository, opening the workbooks folder (chapters in book/). Works as root too
 # (containers); bound to this machine only. Add LAB_ARGS=--no-browser on a headless box.
@@ -65,9 +110,10 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab --ip 127.0.0.1 --allow-root --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/workbooks \
 		'--ContentsManager.hide_globs=$(LAB_HIDDEN)' $(LAB_ARGS)
 
-# Re-execute every chapter in place, top to bottom, in a fresh kernel: the way stored outputs are refreshed.
+# Re-execute every chapter in place, top to bottom, in a fresh kernel: the way stored outputs are refreshed,
+# always on the native floating-point path (ATEN_CPU_CAPABILITY and MKL_CBWR unset).
 notebooks: $(STAMP)
-	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	$(NATIVE_FP) $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 		--ExecutePreprocessor.timeout=600 --ExecutePreprocessor.record_timing=False \
 		--ExecutePreprocessor.kernel_name=python3 $(if $(NB),$(NB),$(NOTEBOOKS))
 	$(BIN)/python scripts/nbtools.py metadata $(if $(NB),$(NB),$(NOTEBOOKS))

@@ -73,12 +73,14 @@ def jupyter_book(config: pathlib.Path, out: pathlib.Path, *args: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------- templates
+POT_DIR = I18N_BUILD / "gettext" / "_build" / "gettext"  # the .pot files, one per page
+
+
 def build_pot() -> pathlib.Path:
     """Run the gettext builder; return the folder of the .pot files (one per page)."""
     config = write_config("gettext", {"gettext_compact": False, "gettext_location": False, "gettext_uuid": False})
-    out = I18N_BUILD / "gettext"
-    jupyter_book(config, out, "--builder", "custom", "--custom-builder", "gettext", "--all", "-q")
-    return out / "_build" / "gettext"
+    jupyter_book(config, I18N_BUILD / "gettext", "--builder", "custom", "--custom-builder", "gettext", "--all", "-q")
+    return POT_DIR
 
 
 def merge(pot_dir: pathlib.Path, language: str) -> None:
@@ -509,22 +511,27 @@ def build(language: str, extra_args: Iterable[str] = ()) -> pathlib.Path:
     return target
 
 
-def build_all(fresh: bool = False) -> int:
+def build_all(fresh: bool = False, templates: bool = False) -> int:
     """Build both editions at once (two processes): English into _build/html, Chinese into _build/html/zh.
 
     Each build's log goes to ``_build/logs/{en,zh_CN}.log``; tests/conftest.py reads them for warnings.
-    ``fresh``: remove the earlier output and read every page again (``--all``), as the tests do."""
+    ``fresh``: remove the earlier output and read every page again (``--all``), as the tests do.
+    ``templates``: also build the .pot templates (a third process, ``POT_DIR``), which tests/test_i18n.py
+    compares with the catalogs; the English build is done long before the Chinese one (jieba), so a core
+    would idle meanwhile."""
     logs = ROOT / "_build" / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     if fresh:
         shutil.rmtree(HTML, ignore_errors=True)
-        for language in LANGUAGES:
-            shutil.rmtree(I18N_BUILD / language, ignore_errors=True)
+        for name in [*LANGUAGES, *(["gettext"] if templates else [])]:
+            shutil.rmtree(I18N_BUILD / name, ignore_errors=True)
     more = ["--all"] if fresh else []
     commands = {"en": [_bin("jupyter-book"), "build", str(ROOT), "--path-output", str(ROOT),
                        "-n", "-W", "--keep-going", *more]}
     for language in LANGUAGES:
         commands[language] = [sys.executable, __file__, "build", language, *more]
+    if templates:
+        commands["gettext"] = [sys.executable, __file__, "templates"]
     running = {}
     for name, cmd in commands.items():
         log = (logs / f"{name}.log").open("w", encoding="utf-8")
@@ -536,7 +543,8 @@ def build_all(fresh: bool = False) -> int:
         if proc.returncode:
             failed.append(name)
             print((logs / f"{name}.log").read_text(encoding="utf-8")[-4000:])
-    where = {"en": "_build/html/index.html", **{lang: f"_build/html/{d}/index.html" for lang, d in LANGUAGES.items()}}
+    where = {"en": "_build/html/index.html", **{lang: f"_build/html/{d}/index.html" for lang, d in LANGUAGES.items()},
+             "gettext": f"{POT_DIR.relative_to(ROOT)}/"}
     for name in commands:
         print(f"{name}: {'FAILED' if name in failed else 'built ' + where[name]} (log: _build/logs/{name}.log)")
     return 1 if failed else 0
@@ -551,6 +559,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--all", action="store_true", help="read every page again")
     a = sub.add_parser("build-all", help="build both editions at once (logs in _build/logs/)")
     a.add_argument("--fresh", action="store_true", help="remove earlier output and read every page again")
+    a.add_argument("--templates", action="store_true", help="also build the .pot templates (as `make test` does)")
+    sub.add_parser("templates", help="build the .pot templates only (no merge)")
     c = sub.add_parser("check", help="report untranslated, fuzzy and obsolete messages and broken markup")
     c.add_argument("pages", nargs="*", help="pages to check, e.g. book/03_attention (default: all)")
     c.add_argument("--translated-only", action="store_true", help="check only the messages translated so far")
@@ -569,7 +579,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "build":
         build(args.language, ["--all"] if args.all else [])
     elif args.command == "build-all":
-        return build_all(args.fresh)
+        return build_all(args.fresh, args.templates)
+    elif args.command == "templates":
+        print(f"Built: {build_pot().relative_to(ROOT)}/")
     elif args.command == "check":
         problems = [p for language in LANGUAGES for p in check(language, args.pages or None, not args.translated_only)]
         print("\n".join(problems) if problems else "All messages translated; markup and terms kept.")

@@ -38,7 +38,7 @@ from collections.abc import Iterator
 import pytest
 from test_book_html import CHROMIUM_ARGS, browser  # noqa: F401  (browser: the shared Chromium fixture)
 
-pytestmark = pytest.mark.book
+pytestmark = [pytest.mark.book, pytest.mark.slow]
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "book" / "03_attention.ipynb"  # exercises, solutions, admonitions, math and a figure

@@ -343,6 +343,7 @@ def test_citations_are_links_jupyterlab_can_show(nb_path: pathlib.Path) -> None:
 # ------------------------------------------------------------------------------------ Run All offline
 
 
+@pytest.mark.slow
 def test_cells_kept_from_the_build_run_offline_with_a_one_line_message(tmp_path: pathlib.Path, monkeypatch) -> None:
     """A cell tagged ``skip-execution`` is not run by the build or nbval, but JupyterLab's and Colab's Run
     All run it: offline (nothing cached, the Hub out of reach) it must print one line and go on, never

@@ -96,6 +96,7 @@ def test_stream_cuts_that_a_line_by_line_encoder_gets_wrong(parts: list[str], pa
     assert naive != whole, "this case would not catch a line-by-line encoder"
 
 
+@pytest.mark.slow
 def test_encode_iterable_reads_a_file_in_bounded_memory(tmp_path, tok: BPETokenizer) -> None:
     """Peak Python memory (tracemalloc) while streaming a file 20 times the bound stays under the bound.
 

@@ -401,6 +401,7 @@ def test_the_form_is_the_exercises_not_the_learners(tmp_path: pathlib.Path) -> N
     assert forms["ex-03-sdpa"] == "write" and forms["ex-03-cost"] == "predict"
 
 
+@pytest.mark.slow
 def test_progress_runs_a_committed_workbook_quietly() -> None:
     """``progress --run`` on a workbook as committed (sources as lists of lines): it runs, every exercise
     fails or is still to do (the stubs), and nothing else is printed: no kernel warning."""

@@ -17,6 +17,12 @@ outputs and figures are written once; only the prose is translated. This extensi
 3. **Chinese part captions, solution titles and cell prompts.** The table of contents' part captions are
    looked up in the root page's catalog (sphinx-external-toc adds them after Sphinx translates a page). A solution's title repeats the (translated) title of its
    exercise, and myst-nb's "显示{type}" prompt (set by ``scripts/i18n.py``) gets a Chinese kind word.
+
+4. **The Chinese search index in linear time.** Sphinx 7's ``SearchChinese`` keeps every Latin word it has
+   seen in a list and looks each word up in that list before stemming it: time quadratic in the words of
+   the book, which is mostly code and outputs in Latin letters: the Chinese build took 204 CPU seconds, the
+   English one 21. ``ChineseSearch`` keeps them in a set, as Sphinx 8 does (72 CPU seconds); the index is
+   the same.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import pathlib
 
 from docutils import nodes
 from sphinx.application import Sphinx
+from sphinx.search.zh import SearchChinese
 from sphinx.transforms import SphinxTransform
 from sphinx.transforms.post_transforms import SphinxPostTransform
 
@@ -158,7 +165,24 @@ def translate_cell_prompts(app: Sphinx, doctree: nodes.document, docname: str) -
             node[key] = text
 
 
+class ChineseSearch(SearchChinese):
+    """Sphinx's Chinese search language with the Latin words it has seen in a set (a list in Sphinx 7)."""
+
+    def init(self, options: dict[str, str]) -> None:
+        super().init(options)
+        self.latin_terms: set[str] = set()  # shadows the class's list, shared by every instance in Sphinx 7
+
+    def split(self, input: str) -> list[str]:  # noqa: A002 - the base class's name
+        from sphinx.search import zh
+
+        chinese = list(zh.jieba.cut_for_search(input)) if zh.JIEBA else []
+        latin = [term.strip() for term in self.latin1_letters.findall(input)]
+        self.latin_terms.update(latin)
+        return chinese + latin
+
+
 def setup(app: Sphinx) -> dict:
+    app.add_search_language(ChineseSearch)
     app.add_transform(TranslatableExerciseSubtitles)
     app.add_post_transform(KeepExerciseSubtitleMessages)
     app.add_transform(TranslatedExercisesInRegistry)
