@@ -153,7 +153,7 @@ def over_seeds(
         for seed, r in zip(seeds, results):
             if list(r) != keys:
                 raise ValueError(f"fn returned keys {list(r)} for seed {seed} but {keys} for seed {seeds[0]}")
-        return {k: Runs(k, tuple(float(r[k]) for r in results), seeds) for k in keys}
+        return {k: Runs(k, tuple(_as_float(k, s, r[k]) for s, r in zip(seeds, results)), seeds) for k in keys}
     for seed, r in zip(seeds, results):
         if isinstance(r, Mapping):
             raise TypeError(f"fn returned a mapping for seed {seed} but a number for another seed")
@@ -168,7 +168,7 @@ def _as_float(name: str, seed: int, value: Any) -> float:
     return float(value)
 
 
-def runs_table(runs: Sequence[Runs] | Mapping[str, Runs], digits: int = 3, unit: str = "") -> str:
+def runs_table(runs: Sequence[Runs] | Mapping[str, Runs], digits: int = 3) -> str:
     """A plain-text table: one row per setting with its mean ± sd, its range and its number of seeds."""
     rows = list(runs.values()) if isinstance(runs, Mapping) else list(runs)
     if not rows or not all(isinstance(r, Runs) for r in rows):
@@ -177,7 +177,7 @@ def runs_table(runs: Sequence[Runs] | Mapping[str, Runs], digits: int = 3, unit:
         raise ValueError(f"digits={digits!r} is invalid; expected an int >= 0")
     f = f".{digits}f"
     cells = [(r.name, f"{r.mean:{f}} ± {r.sd:{f}}", f"{r.low:{f}}–{r.high:{f}}", f"{r.n}") for r in rows]
-    head = ("setting", "mean ± sd" + (f" ({unit})" if unit else ""), "min–max", "seeds")
+    head = ("setting", "mean ± sd", "min–max", "seeds")
     widths = [max(len(row[k]) for row in [head, *cells]) for k in range(4)]
     lines = []
     for row in [head, *cells]:

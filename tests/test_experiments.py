@@ -71,6 +71,7 @@ def test_table_lists_each_setting_with_its_spread():
         (lambda: over_seeds(3.0), TypeError, "fn must be callable"),
         (lambda: over_seeds(lambda s: "x", seeds=[0]), TypeError, "expected a number"),
         (lambda: over_seeds(lambda s: float("nan"), seeds=[0]), ValueError, "expected a finite number"),
+        (lambda: over_seeds(lambda s: {"loss": "x"}, seeds=[0]), TypeError, "loss: fn\\(0\\) returned 'x'"),
         (lambda: over_seeds(lambda s: {"a": 1.0} if s else 1.0, seeds=[0, 1]), TypeError, "mapping"),
         (lambda: Runs("a", (), ()), ValueError, "has no values"),
         (lambda: Runs("a", (1.0,), (0, 1)), ValueError, "one per seed"),
