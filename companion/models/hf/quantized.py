@@ -17,7 +17,7 @@ the router and the head stay in bfloat16 and pass through unchanged. ``activatio
 FP8 matrix multiplication at run time; here activations stay in float32, so nothing else changes.
 
 Every other ``quant_method`` (bitsandbytes' int8 with its ``SCB`` statistics, GPTQ, AWQ, ...) is refused with
-its name. Checked in tests/test_hf_quantized.py: a tiny DeepSeek-V3 written in exactly the released layout
+its name. Checked in tests/test_hf_families.py: a tiny DeepSeek-V3 written in exactly the released layout
 loads with the logits of ``transformers``' ``DeepseekV3ForCausalLM`` given the dequantised weights.
 """
 
