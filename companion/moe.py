@@ -14,14 +14,18 @@ so the layer holds E experts' parameters but each token pays for k of them: *tot
   ``group_limit`` groups), its balancing bias (added to the scores for the *choice* only) and its
   ``routed_scaling_factor`` (``scale``).
 - ``load_balancing_loss``: Switch's auxiliary loss E · Σ_e f_e · P_e (f_e: share of the routed slots that went
-  to expert e, P_e: mean router probability of e); 1 when perfectly balanced, up to E when one expert
-  takes everything.
+  to expert e, P_e: mean router probability of e); 1 when perfectly balanced, at most E/k with k distinct
+  experts per token (E/k when every token goes to the same k experts with all its probability on them).
+- ``router_z_loss``: ST-MoE's penalty on large router logits, the mean of (log Σ_e exp ℓ_e)² over tokens.
+- ``capacity_keep``: token dropping (GShard, Switch): each expert takes at most ``capacity`` routed slots, filled
+  in order of slot rank (every token's first choice before any second choice), then of token position.
 - ``moe_per_token`` (explicit: the formula above, one token at a time) and ``moe_per_expert`` (batched:
   each expert gathers its tokens once, runs them as one batch and adds them back; no loop over tokens).
   Equal outputs (tests/test_moe.py); the layer uses the batched one.
 - ``MoE``: the layer, with shared experts (DeepSeek) and, after each forward, ``aux_loss`` and
   ``expert_load`` (the share of routed slots each expert got) for training and for the chapter's histograms.
-  ``update_score_bias`` is DeepSeek-V3's auxiliary-loss-free balancing step.
+  ``update_score_bias`` is DeepSeek-V3's auxiliary-loss-free balancing step; ``capacity_factor`` turns on
+  token dropping, and ``dropped`` records the share of routed slots dropped.
 
 Checked against ``transformers``' ``MixtralSparseMoeBlock`` and ``DeepseekV3MoE`` (router, dispatch and shared
 experts; tests/test_moe.py) and its ``load_balancing_loss_func`` (which counts the k slots of a token as k
@@ -29,6 +33,8 @@ tokens, so it is k times ours).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor, nn
@@ -44,7 +50,8 @@ from companion._checks import (
 )
 from companion.layers import make_ffn
 
-__all__ = ["SCORINGS", "MoE", "check_routing", "load_balancing_loss", "moe_per_expert", "moe_per_token", "route"]
+__all__ = ["SCORINGS", "MoE", "capacity_keep", "check_routing", "expert_capacity", "load_balancing_loss",
+           "moe_per_expert", "moe_per_token", "route", "router_z_loss"]
 
 SCORINGS = ("softmax", "sigmoid")  # how the router turns logits into expert scores
 
@@ -141,7 +148,10 @@ def load_balancing_loss(probs: Tensor, experts: Tensor, n_experts: int) -> Tenso
 
     ``E · Σ_e f_e · P_e`` with f_e the share of the N·k routed slots that went to expert e (no gradient: a
     count) and P_e the mean router probability of e over the N tokens (differentiable). Both are 1/E when
-    routing is uniform, which gives the minimum, 1; if one expert takes every token it is E.
+    routing is uniform, which gives 1. A token's k experts are distinct, so an expert gets at most one slot
+    per token, f_e <= 1/k, and the loss is at most E/k (reached when every token goes to the same k experts
+    and puts all its probability on them). 1 is the uniform value, not a floor: counts and probabilities
+    spread unevenly in opposite directions can give less (tests/test_moe.py shows one such batch).
 
     Shapes:
         probs: (N, E) router probabilities (rows sum to 1); experts: (N, k) chosen experts -> scalar
@@ -161,6 +171,45 @@ def load_balancing_loss(probs: Tensor, experts: Tensor, n_experts: int) -> Tenso
     if low < 0 or high >= n_experts:
         raise ValueError(f"experts holds id {low if low < 0 else high}; expected 0 <= id < n_experts={n_experts}")
     return _balance(probs, experts, n_experts)
+
+
+def router_z_loss(logits: Tensor) -> Tensor:
+    """ST-MoE's router z-loss (Zoph et al. 2022, eq. 5): ``(1/N) Σ_t (log Σ_e exp ℓ_{t,e})²``.
+
+    It pushes the router's log-partition function towards 0, so its logits stay small: large logits make the
+    softmax (and its rounding in low precision) brittle. Computed in float32.
+
+    Shapes: logits (N, E) -> scalar
+    """
+    check_tensor("logits", logits, ndim=2)
+    return logits.float().logsumexp(dim=-1).square().mean()
+
+
+def expert_capacity(n_tokens: int, k: int, n_experts: int, capacity_factor: float) -> int:
+    """Slots per expert: ``ceil(capacity_factor · N·k / E)``, the even share of the N·k slots times the factor."""
+    for name, value in (("n_tokens", n_tokens), ("k", k), ("n_experts", n_experts)):
+        check_positive_int(name, value)
+    check_positive_float("capacity_factor", capacity_factor)
+    return math.ceil(capacity_factor * n_tokens * k / n_experts)
+
+
+def capacity_keep(experts: Tensor, n_experts: int, capacity: int) -> Tensor:
+    """Which routed slots an expert of ``capacity`` slots accepts (True) and which it drops (False).
+
+    Slots are served by rank first (every token's first choice, then every second choice...), then by token
+    position, as in GShard; a dropped slot contributes nothing and the token keeps only its residual path.
+
+    Shapes: experts (N, k) -> keep (N, k) bool
+    """
+    check_tensor("experts", experts, ndim=2)
+    check_positive_int("n_experts", n_experts)
+    check_positive_int("capacity", capacity)
+    if experts.dtype not in ID_DTYPES:
+        raise ValueError(f"experts has dtype {experts.dtype}; expected integer expert ids")
+    by_rank = experts.t().reshape(-1)  # (k·N,): all first choices, then all second choices...
+    one_hot = torch.nn.functional.one_hot(by_rank, n_experts)  # (k·N, E)
+    place = (one_hot.cumsum(dim=0) * one_hot).sum(dim=-1)  # (k·N,): 1 for an expert's first slot, 2 for its next...
+    return (place <= capacity).view(experts.shape[1], -1).t()  # (N, k)
 
 
 def _balance(probs: Tensor, experts: Tensor, n_experts: int) -> Tensor:
@@ -230,13 +279,18 @@ class MoE(nn.Module):
         d_model: model width D. d_expert: hidden width of each expert FFN.
         n_experts: routed experts E. k: experts per token.
         n_shared: shared experts (DeepSeek), run on every token as one FFN of width ``n_shared · d_expert``.
+        balance_bias: give a softmax router the balancing bias too (a sigmoid router always has it).
+        capacity_factor: None (no limit), or drop the slots beyond ``expert_capacity(N, k, E, factor)`` per
+            expert and batch (:func:`capacity_keep`).
         activation: the experts' FFN kind ("swiglu" in Mixtral and DeepSeek; see ``make_ffn``). bias: in the experts.
         scoring, normalize, scale, n_groups, group_limit: the routing rule (see :func:`route`).
         dropout: inside the experts (training only).
 
-    After each forward: ``aux_loss`` (the load-balancing loss of that batch, with gradient) and
-    ``expert_load`` (E,) (the share of routed slots each expert got, no gradient). With ``scoring="sigmoid"``
-    the layer has DeepSeek-V3's balancing bias, the buffer ``score_bias`` (E,), moved by :meth:`update_score_bias`.
+    After each forward: ``aux_loss`` (the load-balancing loss of that batch, with gradient), ``z_loss``
+    (:func:`router_z_loss` of its logits, with gradient), ``expert_load`` (E,) (the share of routed slots each
+    expert was given, no gradient) and ``dropped`` (the share of slots dropped for capacity, 0.0 without a
+    limit). With ``scoring="sigmoid"`` or ``balance_bias=True`` the layer has DeepSeek-V3's balancing bias, the
+    buffer ``score_bias`` (E,), moved by :meth:`update_score_bias`.
     """
 
     def __init__(
@@ -254,6 +308,8 @@ class MoE(nn.Module):
         scale: float = 1.0,
         n_groups: int = 1,
         group_limit: int = 1,
+        balance_bias: bool = False,
+        capacity_factor: float | None = None,
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
@@ -264,6 +320,10 @@ class MoE(nn.Module):
         check_choice("scoring", scoring, SCORINGS)
         check_bool("normalize", normalize)
         check_positive_float("scale", scale)
+        check_bool("balance_bias", balance_bias)
+        if capacity_factor is not None:
+            check_positive_float("capacity_factor", capacity_factor)
+        self.capacity_factor = capacity_factor
         self.d_model, self.n_experts, self.k = d_model, n_experts, k
         self.scoring, self.normalize, self.scale = scoring, normalize, scale
         self.n_groups, self.group_limit = n_groups, group_limit
@@ -275,12 +335,14 @@ class MoE(nn.Module):
             make_ffn(activation, d_model, n_shared * d_expert, bias=bias, dropout=dropout) if n_shared else None
         )
         self.score_bias: Tensor | None
-        if scoring == "sigmoid":  # DeepSeek-V3: steers the choice, not the weights; moved by update_score_bias
+        if scoring == "sigmoid" or balance_bias:  # DeepSeek-V3: steers the choice, not the weights
             self.register_buffer("score_bias", torch.zeros(n_experts))
         else:
             self.score_bias = None
         self.aux_loss: Tensor | None = None
+        self.z_loss: Tensor | None = None
         self.expert_load: Tensor | None = None
+        self.dropped = 0.0
 
     def forward(self, x: Tensor) -> Tensor:
         """Shapes: x (B, T, D) (any (..., D)) -> (..., D)."""
@@ -295,10 +357,16 @@ class MoE(nn.Module):
             logits, self.k, scoring=self.scoring, normalize=self.normalize, scale=self.scale,
             bias=self.score_bias, n_groups=self.n_groups, group_limit=self.group_limit,
         )  # fmt: skip
+        self.expert_load = torch.bincount(experts.flatten(), minlength=self.n_experts).float() / experts.numel()
+        if self.capacity_factor is not None:  # token dropping: a dropped slot weighs 0
+            capacity = expert_capacity(flat.size(0), self.k, self.n_experts, self.capacity_factor)
+            keep = capacity_keep(experts, self.n_experts, capacity)  # (N, k)
+            weights = weights * keep
+            self.dropped = 1.0 - keep.float().mean().item()
         out = moe_per_expert(flat, weights, experts, self.experts)  # (N, D)
         probs = scores if self.scoring == "softmax" else scores / scores.sum(dim=-1, keepdim=True)  # (N, E)
         self.aux_loss = _balance(probs, experts, self.n_experts)
-        self.expert_load = torch.bincount(experts.flatten(), minlength=self.n_experts).float() / experts.numel()
+        self.z_loss = logits.logsumexp(dim=-1).square().mean()  # router_z_loss, on checked logits
         out = out.view_as(x)  # (..., D)
         if self.shared_experts is not None:
             out = out + self.shared_experts(x)
@@ -311,7 +379,8 @@ class MoE(nn.Module):
         """
         check_positive_float("rate", rate)
         if self.score_bias is None or self.expert_load is None:
-            raise ValueError("update_score_bias needs scoring='sigmoid' and a forward pass first")
+            raise ValueError("update_score_bias needs a balancing bias (scoring='sigmoid' or balance_bias=True) "
+                             "and a forward pass first")
         self.score_bias += rate * torch.sign(self.expert_load.mean() - self.expert_load).to(self.score_bias)
 
     def extra_repr(self) -> str:

@@ -12,7 +12,16 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from companion.moe import MoE, load_balancing_loss, moe_per_expert, moe_per_token, route
+from companion.moe import (
+    MoE,
+    capacity_keep,
+    expert_capacity,
+    load_balancing_loss,
+    moe_per_expert,
+    moe_per_token,
+    route,
+    router_z_loss,
+)
 
 transformers = pytest.importorskip("transformers")
 D, E = 16, 8
@@ -139,14 +148,99 @@ def test_an_expert_nobody_chose_is_skipped() -> None:
     assert_close(out, layer.experts[0](h))
 
 
-def test_balancing_loss_is_one_when_uniform_and_e_when_collapsed() -> None:
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_balancing_loss_is_one_when_uniform_and_e_over_k_when_collapsed(k: int) -> None:
+    """Collapsed top-k: every token sends its k slots to experts 0..k-1 and puts all its probability on them,
+    so f_e = 1/k and Σ P_e = 1 over those k experts: E · (1/k) · 1 = E/k."""
     n = 64
     uniform = torch.full((n, E), 1 / E)
-    spread = torch.arange(n * 2).view(n, 2) % E  # every expert gets the same number of slots
+    spread = torch.arange(n * k).view(n, k) % E  # every expert gets the same number of slots
     assert_close(load_balancing_loss(uniform, spread, E), torch.tensor(1.0))
     collapsed = torch.zeros(n, E)
-    collapsed[:, 0] = 1.0
-    assert_close(load_balancing_loss(collapsed, torch.zeros(n, 1, dtype=torch.long), E), torch.tensor(float(E)))
+    collapsed[:, :k] = 1.0 / k
+    same_k = torch.arange(k).expand(n, k)  # (n, k): distinct experts 0..k-1 for every token
+    assert_close(load_balancing_loss(collapsed, same_k, E), torch.tensor(E / k))
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_balancing_loss_of_top_k_routing_never_exceeds_e_over_k(k: int) -> None:
+    g = torch.Generator().manual_seed(k)
+    for scale in (0.1, 1.0, 10.0, 100.0):  # from nearly uniform to nearly one-hot routers
+        logits = scale * torch.randn(50, E, generator=g) + scale * torch.arange(E)  # skewed towards high ids
+        _, experts, probs = route(logits, k, normalize=False)
+        assert load_balancing_loss(probs, experts, E) <= E / k + 1e-6
+
+
+def test_balancing_loss_can_fall_below_one() -> None:
+    """1 is the uniform value, not a floor. Two experts, top-1: 2 of 10 tokens are sure of expert 0, 8 lean
+    slightly to expert 1. f = (0.2, 0.8), P = (0.2 + 0.8·0.49, 0.8·0.51) = (0.592, 0.408):
+    2 · (0.2·0.592 + 0.8·0.408) = 0.8896."""
+    probs = torch.tensor([[1.0, 0.0]] * 2 + [[0.49, 0.51]] * 8)
+    experts = probs.argmax(dim=-1, keepdim=True)  # top-1 routing, consistent with the probabilities
+    assert_close(load_balancing_loss(probs, experts, 2), torch.tensor(0.8896))
+
+
+def test_router_z_loss_is_st_moes_formula() -> None:
+    """ST-MoE eq. 5: L_z = (1/B) Σ_i (log Σ_j exp x_j^(i))², written out with exp, sum and log."""
+    logits = torch.randn(7, E, generator=torch.Generator().manual_seed(0)) * 3
+    by_hand = sum(torch.log(torch.exp(row).sum()) ** 2 for row in logits) / logits.size(0)
+    assert_close(router_z_loss(logits), by_hand)
+    assert_close(router_z_loss(torch.zeros(3, E)), torch.tensor(float(E)).log() ** 2)
+    layer = MoE(D, 8, E, 2)
+    x_in = x()
+    layer(x_in)
+    assert_close(layer.z_loss, router_z_loss(layer.router(x_in.reshape(-1, D))))
+    layer.z_loss.backward()
+    assert layer.router.weight.grad.abs().sum() > 0
+
+
+def test_expert_capacity_is_the_even_share_times_the_factor() -> None:
+    assert expert_capacity(100, 2, 8, 1.0) == 25  # 200 slots over 8 experts
+    assert expert_capacity(100, 2, 8, 1.25) == 32  # ceil(31.25)
+    assert expert_capacity(10, 1, 4, 0.5) == 2  # ceil(1.25)
+
+
+def test_capacity_keep_serves_first_choices_first_then_by_position() -> None:
+    """Capacity 2, tokens routed to (0, 1), (1, 0), (0, 1). First choices: expert 0 gets tokens 0 and 2, expert 1
+    token 1. Second choices, in token order: token 0's fills expert 1; token 1's finds expert 0 full, token 2's
+    finds expert 1 full: both dropped. (Serving token by token instead would drop all of token 2.)"""
+    experts = torch.tensor([[0, 1], [1, 0], [0, 1]])
+    keep = capacity_keep(experts, 2, 2)
+    assert keep.tolist() == [[True, True], [True, False], [True, False]]
+    assert capacity_keep(experts, 2, 3).all()
+
+
+def test_capacity_factor_drops_slots_and_their_outputs() -> None:
+    torch.manual_seed(0)
+    layer = MoE(D, 8, 4, 2, capacity_factor=0.5).eval()  # room for half the slots at most
+    tokens = torch.randn(1, 40, D)
+    out = layer(tokens)
+    assert 0.5 <= layer.dropped < 1.0
+    weights, experts, _ = route(layer.router(tokens[0]), 2)
+    keep = capacity_keep(experts, 4, expert_capacity(40, 2, 4, 0.5))
+    assert_close(out[0], moe_per_token(tokens[0], weights * keep, experts, layer.experts))
+    unlimited = MoE(D, 8, 4, 2, capacity_factor=None)
+    unlimited.load_state_dict(layer.state_dict())
+    unlimited(tokens)
+    assert unlimited.dropped == 0.0
+    with pytest.raises(ValueError, match="capacity_factor=0"):
+        MoE(D, 8, 4, 2, capacity_factor=0.0)
+
+
+def test_balance_bias_on_a_softmax_router_steers_the_choice() -> None:
+    torch.manual_seed(0)
+    layer = MoE(D, 8, 4, 1, balance_bias=True)
+    assert layer.score_bias is not None and "score_bias" in layer.state_dict()
+    assert MoE(D, 8, 4, 1).score_bias is None and "score_bias" not in MoE(D, 8, 4, 1).state_dict()
+    tokens = x()
+    layer(tokens)
+    before = layer.expert_load.clone()
+    with torch.no_grad():
+        layer.score_bias.copy_(torch.tensor([10.0, 0.0, 0.0, 0.0]))  # a large bias: expert 0 wins every choice
+        layer(tokens)
+    assert layer.expert_load.tolist() == [1.0, 0.0, 0.0, 0.0] and not torch.equal(before, layer.expert_load)
+    layer.update_score_bias(0.5)  # the overloaded expert 0 goes down, the others up
+    assert layer.score_bias.tolist() == pytest.approx([9.5, 0.5, 0.5, 0.5])
 
 
 @pytest.mark.parametrize("k", [1, 2, 4])
@@ -174,7 +268,7 @@ def test_update_score_bias_moves_against_the_load() -> None:
     layer.expert_load = torch.tensor([0.7, 0.1, 0.1, 0.1])
     layer.update_score_bias(0.01)
     assert layer.score_bias.tolist() == pytest.approx([-0.01, 0.01, 0.01, 0.01])
-    with pytest.raises(ValueError, match="scoring='sigmoid'"):
+    with pytest.raises(ValueError, match="balance_bias=True"):
         MoE(D, 8, 4, 1).update_score_bias()
 
 

@@ -266,7 +266,7 @@ def _ffn(config: ModelConfig, *, experts: bool) -> nn.Module:
         config.d_model, config.d_expert, config.n_experts, config.n_experts_per_token,
         n_shared=config.n_shared_experts, activation=config.activation, bias=config.bias, scoring=config.router,
         normalize=config.router_normalize, scale=config.router_scale, n_groups=config.router_groups,
-        group_limit=config.router_group_limit, dropout=config.dropout,
+        group_limit=config.router_group_limit, balance_bias=config.router_bias, dropout=config.dropout,
     )  # fmt: skip
 
 

@@ -103,6 +103,7 @@ class ModelConfig:
     router_scale: float = 1.0  # multiply the k weights by this (DeepSeek-V3's routed_scaling_factor: 2.5)
     router_groups: int = 1  # group-limited routing: experts split into this many groups (DeepSeek-V3: 8)
     router_group_limit: int = 1  # a token picks its experts from its best this-many groups (DeepSeek-V3: 4)
+    router_bias: bool = False  # a softmax router gets the balancing bias too (a sigmoid router always has it)
     kv_rank: int | None = None  # MLA: width of the cached key/value latent (DeepSeek-V3: 512); None: no MLA
     q_rank: int | None = None  # MLA: width of the query latent (DeepSeek-V3: 1536); None: full-rank queries
     rope_head_dim: int | None = None  # MLA: RoPE part of each query and of the shared key (64); None -> D_h / 2
@@ -380,7 +381,7 @@ _FIELD_KINDS = {
     **dict.fromkeys(("attention_sinks", "n_experts", "n_experts_per_token", "n_shared_experts", "n_dense_layers",
                      "router_groups", "router_group_limit"), int),
     **dict.fromkeys(("type_vocab_size", "patch_size", "num_channels"), int),
-    **dict.fromkeys(("qk_norm", "router_normalize"), bool),
+    **dict.fromkeys(("qk_norm", "router_normalize", "router_bias"), bool),
     "router": str,
     "router_scale": float,
     **dict.fromkeys(("norm", "norm_placement", "activation", "positions", "rope_pairing"), str),
@@ -388,7 +389,7 @@ _FIELD_KINDS = {
 }
 _MOE_DEFAULTS = {"n_experts_per_token": 2, "n_shared_experts": 0, "n_dense_layers": 0, "router": "softmax",
                  "router_normalize": True, "router_scale": 1.0, "router_groups": 1,
-                 "router_group_limit": 1}  # fmt: skip
+                 "router_group_limit": 1, "router_bias": False}  # fmt: skip
 _ROPE_DEFAULTS = {"rope_base": 10000.0, "rope_scaling": None, "rope_factor": 1.0, "rope_original_max_seq_len": None,
                   "rope_pairing": "half", "rope_mscale": None, "rope_mscale_all_dim": None}  # fmt: skip
 

@@ -80,7 +80,7 @@ def shape_differences(c: ModelConfig) -> list[str]:
     """The fields in which ``c`` differs from a Mixtral-shaped model (empty: it can be saved as Mixtral)."""
     wanted = {**LLAMA_SHAPE, "rope_pairing": ("half",), "n_shared_experts": (0,), "n_dense_layers": (0,),
               "router": ("softmax",), "router_normalize": (True,), "router_scale": (1.0,), "router_groups": (1,),
-              "d_expert": (c.d_ff,)}  # fmt: skip
+              "router_bias": (False,), "d_expert": (c.d_ff,)}  # fmt: skip
     off = differences(c, wanted)
     if c.n_experts == 0:
         off.append("n_experts=0")
