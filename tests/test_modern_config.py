@@ -28,8 +28,9 @@ def test_deepseek_v3_is_671b_with_37b_active() -> None:
     total = count_parameters(config)
     assert total == hf_count(transformers.DeepseekV3Config(), "DeepseekV3ForCausalLM") == 671_026_404_352
     active = count_parameters(config, active=True)
-    # 8 of 256 experts per MoE layer: 37.55B with the embedding and output tables, 36.6B without the input table
-    assert round(active / 1e9, 2) == 37.55 and round((active - 129280 * 7168) / 1e9, 1) == 36.6
+    # 8 of 256 experts per MoE layer, both embedding tables counted. DeepSeek's README_WEIGHTS.md says 36.7B
+    # including both tables: 0.85B fewer, a gap chapter 14 states and cannot attribute.
+    assert round(active / 1e9, 2) == 37.55
 
 
 def test_mixtral_8x7b_is_46_7b_with_12_9b_active() -> None:
