@@ -106,8 +106,10 @@ nbval-paths: $(STAMP)
 
 # JupyterLab on the repository, opening the workbooks folder (chapters in book/). Works as root too
 # (containers); bound to this machine only. Add LAB_ARGS=--no-browser on a headless box.
+# binder/jupyter_lab_config.py: Chinese text and the checks' ✅/❌ drawn with the fonts the course installs.
 lab: $(STAMP)
-	$(BIN)/jupyter lab --ip 127.0.0.1 --allow-root --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/workbooks \
+	$(BIN)/jupyter lab --config=binder/jupyter_lab_config.py \
+		--ip 127.0.0.1 --allow-root --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/workbooks \
 		'--ContentsManager.hide_globs=$(LAB_HIDDEN)' $(LAB_ARGS)
 
 # Re-execute every chapter in place, top to bottom, in a fresh kernel: the way stored outputs are refreshed,

@@ -116,6 +116,12 @@ def _lines(text: str) -> list[str]:
     return text.splitlines(keepends=True)
 
 
+def without_install_snippet(text: str) -> str:
+    """``text`` (a cell's source) without the install snippet at its top, of this version or an earlier one;
+    the HTML book shows the first code cell this way (book/_ext/code_cells.py)."""
+    return _OLD_SNIPPET.sub("", text, count=1).lstrip("\n") if text.startswith(_SNIPPET_START) else text
+
+
 def set_install_snippet(nb: dict, snippet: str = INSTALL_SNIPPET) -> bool:
     """Put ``snippet`` at the top of the first code cell (replacing an earlier version); True if changed."""
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
@@ -123,8 +129,7 @@ def set_install_snippet(nb: dict, snippet: str = INSTALL_SNIPPET) -> bool:
         raise ValueError("the notebook has no code cell to put the install snippet in")
     cell = code[0]
     text = source(cell)
-    rest = _OLD_SNIPPET.sub("", text, count=1) if text.startswith(_SNIPPET_START) else text
-    new = snippet + rest.lstrip("\n")
+    new = snippet + without_install_snippet(text).lstrip("\n")
     if new == text:
         return False
     cell["source"] = _lines(new)

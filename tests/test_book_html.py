@@ -546,6 +546,16 @@ def _page_with(built_book, needle: str) -> str | None:
     return None
 
 
+def platform_fonts(page, selector: str) -> list[dict]:
+    """The fonts the renderer actually drew the text of the first element matching ``selector`` with."""
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("DOM.enable")
+    cdp.send("CSS.enable")
+    doc = cdp.send("DOM.getDocument", {"depth": -1})
+    node = cdp.send("DOM.querySelector", {"nodeId": doc["root"]["nodeId"], "selector": selector})
+    return cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node["nodeId"]})["fonts"]
+
+
 @pytest.mark.parametrize("edition", ["", ZH])
 def test_chinese_prose_renders_with_the_bundled_font(built_book, browser, server: str, edition: str) -> None:
     path = edition + (_page_with(built_book, "注意力") or TOC_ROOT + ".html")
@@ -575,13 +585,7 @@ def test_chinese_prose_renders_with_the_bundled_font(built_book, browser, server
             }}"""
         )
         assert loaded, "the CJK web font did not load"
-        # Ask the renderer which font actually drew the glyphs.
-        cdp = page.context.new_cdp_session(page)
-        cdp.send("DOM.enable")
-        cdp.send("CSS.enable")
-        doc = cdp.send("DOM.getDocument", {"depth": -1})
-        node = cdp.send("DOM.querySelector", {"nodeId": doc["root"]["nodeId"], "selector": "[data-cjk-probe]"})
-        fonts = cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node["nodeId"]})["fonts"]
+        fonts = platform_fonts(page, "[data-cjk-probe]")
         drawn = {f["familyName"] for f in fonts if f.get("isCustomFont")}
         assert any(CJK_SOURCE_FAMILY in f for f in drawn), f"{found!r} was drawn with {fonts}"
         _check_page(visit, path)
@@ -597,7 +601,8 @@ EXERCISE_PAGE = "book/03_attention.html"  # six exercises: fix, write, predict a
 @pytest.mark.parametrize("edition", ["", ZH])
 def test_clicking_a_solutions_title_opens_it_where_it_is(browser, server: str, edition: str) -> None:
     """A dropdown solution opens when its title is clicked anywhere, the words "Exercise 3.1 (...)" included,
-    and the page stays where it is (the title no longer links back to the exercise above it)."""
+    and the page stays where it is (the title no longer links back to the exercise above it). On the same
+    page, the checks' ✅ and ❌ are drawn (_check_marks_are_drawn)."""
     with _visit(browser, server + edition + EXERCISE_PAGE) as visit:
         page = visit.page
         solutions = page.locator(".solution.dropdown")
@@ -615,6 +620,7 @@ def test_clicking_a_solutions_title_opens_it_where_it_is(browser, server: str, e
             after = page.evaluate("() => [location.href, window.scrollY]")
             assert after[0] == before[0] and abs(after[1] - before[1]) < 5, f"the page moved: {before} -> {after}"
         _check_page(visit, edition + EXERCISE_PAGE)
+        _check_marks_are_drawn(page, edition + EXERCISE_PAGE)
 
 
 @pytest.mark.parametrize("width", [1280, 400])
@@ -648,6 +654,248 @@ def test_citations_in_the_chapters_are_the_bibliographys(built_book) -> None:
     page_html = (built_book.html / EXERCISE_PAGE).read_text(encoding="utf-8")
     cited = re.findall(r'<a class="reference internal" href="appendix/bibliography\.html#[^"]+"', page_html)
     assert len(cited) >= 10, f"{EXERCISE_PAGE}: {len(cited)} citations link to the bibliography"
+
+
+# --------------------------------------------------------------------------------------------------
+# Code as a reader needs it (issue 31): no plumbing, each solution once, emoji drawn, nothing scrolls
+# --------------------------------------------------------------------------------------------------
+
+
+class _Cells(html.parser.HTMLParser):
+    """The code cells of a page (``div.cell``): their classes, the text of their input and of their outputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cells: list[dict] = []
+        self._divs: list[str] = []  # the role of each open <div>: "cell", "input", "output" or ""
+        self._in_pre = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        classes = (dict(attrs).get("class") or "").split()
+        if tag == "div":
+            role = "cell" if "cell" in classes else "input" if "cell_input" in classes else ""
+            role = "output" if "cell_output" in classes else role
+            if role == "cell":
+                self.cells.append({"classes": classes, "input": "", "outputs": ""})
+            self._divs.append(role)
+        elif tag == "pre":
+            self._in_pre += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "div" and self._divs:
+            self._divs.pop()
+        elif tag == "pre":
+            self._in_pre -= 1
+
+    def handle_data(self, data: str) -> None:
+        if self._in_pre and self.cells:
+            part = next((r for r in reversed(self._divs) if r in ("input", "output")), None)
+            if part:
+                self.cells[-1]["input" if part == "input" else "outputs"] += data
+
+
+def _code_cells(page_html: str) -> list[dict]:
+    parser = _Cells()
+    parser.feed(page_html)
+    return parser.cells
+
+
+def _nbtools():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import nbtools
+    finally:
+        sys.path.pop(0)
+    return nbtools
+
+
+_PLUMBING = re.compile(r"NBVAL_|#\s*fmt:|#\s*noqa|Colab / Binder: install|git\+https://")
+
+
+def test_the_cell_parser_finds_plumbing() -> None:
+    """The checks below can fail: the parser reads a cell's input apart from its output, and sees a marker."""
+    page = (
+        '<div class="cell tag_x docutils container"><div class="cell_input docutils container">'
+        '<div class="highlight"><pre><span class="c1"># NBVAL_IGNORE_OUTPUT</span>\nx = 1</pre></div></div>'
+        '<div class="cell_output docutils container"><div class="highlight"><pre>✅ PASS</pre></div></div></div>'
+    )
+    (cell,) = _code_cells(page)
+    assert cell == {"classes": ["cell", "tag_x", "docutils", "container"], "input": "# NBVAL_IGNORE_OUTPUT\nx = 1",
+                    "outputs": "✅ PASS"}
+    assert _PLUMBING.search(cell["input"])
+
+
+@pytest.mark.parametrize("edition", ["", ZH])
+def test_code_cells_show_no_test_or_install_plumbing(built_book, edition: str) -> None:
+    """nbval's markers, a formatter's switches and the install snippet stay in the notebooks and out of the
+    book (book/_ext/code_cells.py); each chapter's first code cell starts where the snippet ends."""
+    nbtools, marked = _nbtools(), 0
+    for docname in NOTEBOOKS:
+        import json
+
+        nb = json.loads(_source(docname).read_text(encoding="utf-8"))
+        sources = [nbtools.source(c) for c in nb["cells"] if c["cell_type"] == "code"]
+        marked += sum("NBVAL_" in s for s in sources)
+        assert sources[0].startswith(nbtools.INSTALL_SNIPPET), f"{docname}: the install snippet is not first"
+        cells = _code_cells((built_book.html / (edition + docname + ".html")).read_text(encoding="utf-8"))
+        shown = [c["input"] for c in cells if c["input"].strip()]
+        plumbing = [m.group(0) for text in shown for m in [_PLUMBING.search(text)] if m]
+        assert not plumbing, f"{edition}{docname}: code cells show {plumbing}"
+        after = sources[0][len(nbtools.INSTALL_SNIPPET) :].strip().splitlines()[0]
+        assert shown[0].strip().splitlines()[0] == after, f"{edition}{docname}: first cell {shown[0][:80]!r}"
+    assert marked >= 10, f"only {marked} code cells carry an nbval marker: is the check above looking?"
+
+
+@pytest.mark.parametrize("edition", ["", ZH])
+def test_each_exercise_shows_its_solution_once(built_book, edition: str) -> None:
+    """Every exercise is followed by exactly one solution, its dropdown; the notebooks' solution code cells (the
+    same answer again, checked by nbval, with a ✅ PASS under it) are not in the book."""
+    exercises = 0
+    for docname in NOTEBOOKS:
+        page_html = (built_book.html / (edition + docname + ".html")).read_text(encoding="utf-8")
+        order = re.findall(r'<div class="(exercise|solution)( dropdown)? admonition"', page_html)
+        kinds = "".join("S" if kind == "solution" else "E" for kind, _ in order)
+        assert re.fullmatch(r"(ES)*", kinds), f"{edition}{docname}: exercises and solutions come as {kinds}"
+        assert all(dropdown for kind, dropdown in order if kind == "solution"), f"{docname}: a solution is open"
+        cells = _code_cells(page_html)
+        solution_cells = [c["input"][:60] for c in cells if "tag_solution" in c["classes"]]
+        solution_cells += [c["input"][:60] for c in cells if c["input"].startswith("# Solution of")]
+        assert not solution_cells, f"{edition}{docname}: solution code cells shown besides the dropdown"
+        exercises += kinds.count("E")
+    assert exercises >= 50, f"only {exercises} exercises in the book"
+
+
+# Emoji: the supplementary planes' pictographs and the BMP characters that default to emoji presentation
+# (Unicode's Emoji_Presentation property), or any character asked to be drawn as one (followed by U+FE0F).
+_EMOJI = re.compile(
+    "[\U0001f000-\U0001faff]|[\u231a\u231b\u23e9-\u23ec\u23f0\u23f3\u25fd\u25fe\u2614\u2615\u2648-\u2653\u267f"
+    "\u2693\u26a1\u26aa\u26ab\u26bd\u26be\u26c4\u26c5\u26ce\u26d4\u26ea\u26f2\u26f3\u26f5\u26fa\u26fd\u2705"
+    "\u270a\u270b\u2728\u274c\u274e\u2753-\u2755\u2757\u2795-\u2797\u27b0\u27bf\u2b1b\u2b1c\u2b50\u2b55]|.\ufe0f"
+)
+
+
+@pytest.mark.parametrize("edition", ["", ZH])
+def test_every_emoji_of_the_book_has_a_fallback_glyph(built_book, edition: str) -> None:
+    """Each emoji a page shows is in the fallback font (book/_ext/offline_assets.py), and the stylesheet's
+    unicode-range for that font names exactly the characters the font has."""
+    html_dir = built_book.html / edition if edition else built_book.html
+    used: set[str] = set()
+    for path in _html_files(html_dir):
+        if edition or path.relative_to(html_dir).parts[0] != ZH.rstrip("/"):
+            used |= {m[0] for m in _EMOJI.findall(path.read_text(encoding="utf-8"))}
+    covered = _font_characters(html_dir / "_static" / "fonts" / "emoji-fallback.woff")
+    assert {"✅", "❌"} <= used, f"the checks' ✅ and ❌ are not in the pages: {used}"
+    assert not used - covered, f"emoji without a fallback glyph: {sorted(used - covered)}"
+    css = (html_dir / "_static" / "custom.css").read_text(encoding="utf-8")
+    rule = re.search(r'@font-face\s*{[^}]*"Course Symbols"[^}]*unicode-range:([^;]*);', css)
+    ranges = {chr(int(u, 16)) for u in re.findall(r"U\+([0-9A-F]+)", rule.group(1))}
+    assert ranges == covered, f"custom.css unicode-range {sorted(ranges)} against the font's {sorted(covered)}"
+
+
+_GLYPH_PROBE = """([text, within]) => {
+  const walker = document.createTreeWalker(document.querySelector(within), NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    if (n.nodeValue.includes(text) && n.parentElement.getClientRects().length) {
+      const span = document.createElement('span');  // just the emoji, so that its font is the only one
+      span.id = 'glyph-probe'; span.textContent = text;
+      n.parentElement.insertBefore(span, n); return n.parentElement.closest('pre') ? 'code' : 'prose';
+    }
+  }
+  return null;
+}"""
+
+
+def _drawn_with(page, text: str, within: str = "main") -> tuple[str | None, list[dict]]:
+    """Where ``text`` first shows inside ``within`` (code or prose), and the fonts the renderer drew it with."""
+    where = page.evaluate(_GLYPH_PROBE, [text, within])
+    if where is None:
+        return None, []
+    page.evaluate("async () => { await document.fonts.ready; }")
+    fonts = platform_fonts(page, "#glyph-probe")
+    page.evaluate("() => document.getElementById('glyph-probe').remove()")
+    return where, fonts
+
+
+def _is_a_real_glyph(fonts: list[dict]) -> bool:
+    """Drawn by the book's fallback font (a web font) or by an emoji font of the machine, not as a box."""
+    return bool(fonts) and all(f.get("isCustomFont") or "emoji" in f["familyName"].lower() for f in fonts)
+
+
+def _check_marks_are_drawn(page, name: str) -> None:
+    """✅ and ❌ in prose and in the checks' outputs are drawn with a glyph, on a machine with no emoji font too
+    (the test machine has none: then the fallback font draws them). A screenshot goes to _build/screenshots/.
+    Called from the visit of EXERCISE_PAGE in each edition (test_clicking_a_solutions_title_opens_it_where_it_is)."""
+    # the exercises' introduction ("prints ✅ PASS or ❌ FAIL"), and a check's ❌ FAIL under an exercise
+    probes = (("✅", "main", "prose"), ("❌", "main", "prose"), ("❌", "div.tag_exercise div.cell_output", "code"))
+    for text, within, kind in probes:
+        where, fonts = _drawn_with(page, text, within)
+        assert where == kind, f"{name}: no visible {text} in {kind} ({where})"
+        assert _is_a_real_glyph(fonts), f"{name}: {text} ({where}) drawn with {fonts}"
+    output = page.locator("div.cell.tag_exercise div.cell_output").first
+    output.scroll_into_view_if_needed()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    output.screenshot(path=str(SCREENSHOTS / f"check-marks{'-zh' if name.startswith(ZH) else ''}.png"))
+
+
+# Chapters whose code lines are held to 92 columns, so that none of them wraps at 1280 px (issue 31). The others
+# still have longer lines, which wrap at the code box's edge (custom.css) instead of scrolling; a chapter joins
+# this set once its code is reformatted.
+_HELD_TO_92_COLUMNS = {"book/12_family", "book/13_finetuning", "book/14_modern"}
+
+
+def _columns(line: str) -> int:
+    """The columns a line of code takes in a monospace font: a wide (CJK) character takes two."""
+    import unicodedata
+
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in line)
+# Every code cell's input and output of a page at a laptop's width: what it shows, what it would need, and
+# how many columns of code its box holds (one line of 92 "x", measured in the box).
+_CODE_BOXES = """() => {
+  const out = [];
+  for (const pre of document.querySelectorAll('div.cell pre')) {
+    if (!pre.getClientRects().length) continue;  // in a collapsed cell
+    const style = getComputedStyle(pre);
+    const inner = pre.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    const probe = document.createElement('span');  // a line of its own, unwrapped, in the box's font
+    probe.style.cssText = 'display: inline-block; white-space: pre';
+    probe.textContent = 'x'.repeat(92);
+    pre.appendChild(probe);
+    const columns = 92 * inner / probe.getBoundingClientRect().width;
+    probe.remove();
+    out.push({text: pre.textContent.slice(0, 50), scroll: pre.scrollWidth, client: pre.clientWidth,
+              columns: Math.floor(columns + 1e-6)});
+  }
+  return out;
+}"""
+
+
+@pytest.mark.parametrize(
+    "docname",
+    [pytest.param(d, marks=pytest.mark.xfail(reason="being reformatted")) if d in _HELD_TO_92_COLUMNS else d
+     for d in NOTEBOOKS],
+)
+def test_code_cells_fit_at_laptop_width(built_book, browser, server: str, docname: str) -> None:
+    """At 1280 px, with both sidebars shown, a code cell holds 92 columns on a line, and no code cell's input
+    or output needs scrolling sideways: a longer line wraps at the box's edge (custom.css). In the chapters
+    of _HELD_TO_92_COLUMNS no line of code is longer, so none wraps."""
+    if docname in _HELD_TO_92_COLUMNS:
+        cells = _code_cells((built_book.html / (docname + ".html")).read_text(encoding="utf-8"))
+        long = [line for c in cells for line in c["input"].splitlines() if _columns(line) > 92]
+        assert not long, f"{docname}: {len(long)} lines of code over 92 columns, e.g. {long[0]!r}"
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = context.new_page()
+        page.route("**/mathjax/**", lambda r: r.abort())  # the code's layout does not wait for the maths
+        page.goto(server + docname + ".html", wait_until="load")
+        page.evaluate("async () => { await document.fonts.ready; }")
+        boxes = page.evaluate(_CODE_BOXES)
+        assert len(boxes) >= 5, f"{docname}: only {len(boxes)} code boxes"
+        narrow = {b["columns"] for b in boxes if b["columns"] < 92}
+        assert not narrow, f"{docname}: code boxes hold only {sorted(narrow)} columns at 1280 px"
+        scrolled = [b for b in boxes if b["scroll"] > b["client"] + 1]
+        assert not scrolled, f"{docname}: {len(scrolled)} code boxes scroll sideways at 1280 px: {scrolled[:3]}"
+    finally:
+        context.close()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -896,6 +1144,8 @@ def test_dropdowns_and_copy_buttons_work_from_the_keyboard(built_book, browser, 
         copied = page.evaluate("navigator.clipboard.readText()")
         code = block.locator("pre").inner_text()
         assert copied.strip() and copied.strip().splitlines()[0] in code
+        # The first code cell, whose install snippet the book leaves out: the button copies what is shown.
+        assert copied.strip() == code.strip() and not _PLUMBING.search(copied), copied[:200]
 
 
 @pytest.mark.parametrize("edition", ["", ZH])

@@ -36,7 +36,7 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from test_book_html import CHROMIUM_ARGS, browser  # noqa: F401  (browser: the shared Chromium fixture)
+from test_book_html import CHROMIUM_ARGS, browser, platform_fonts  # noqa: F401  (browser: the shared fixture)
 
 pytestmark = [pytest.mark.book, pytest.mark.slow]
 
@@ -268,10 +268,30 @@ def test_its_workbook_opens_and_runs_with_failing_stubs(browser, lab) -> None:  
     assert not errors, f"page errors: {errors}"
 
 
+# A line of a notebook's prose or code, as JupyterLab styles it, for _drawn_with to probe.
+_FONT_PROBE = """family => {
+  const div = document.createElement('div');
+  div.id = 'font-probe-' + family;
+  div.style.fontFamily = `var(--jp-${family}-font-family)`;
+  div.innerHTML = '<span>我爱</span> NLP <span>✅</span> PASS';
+  document.body.appendChild(div);
+}"""
+
+
+def _drawn_with(page, selector: str, text: str) -> list[dict]:
+    """The fonts the renderer drew the span holding ``text`` inside ``selector`` with (after web fonts load)."""
+    page.evaluate("async text => { await document.fonts.load('16px \"Course CJK\"', text);"
+                  " await document.fonts.load('16px \"Course Symbols\"', text); await document.fonts.ready; }",
+                  text)
+    texts = page.evaluate("s => Array.from(document.querySelectorAll(s + ' span')).map(e => e.textContent)", selector)
+    return platform_fonts(page, f"{selector} span:nth-of-type({texts.index(text) + 1})")
+
+
 def test_make_lab_opens_the_workbooks_with_the_chapters_beside_them(browser, tmp_path: pathlib.Path) -> None:  # noqa: F811
     """JupyterLab started as `make lab` starts it (its arguments read from the Makefile): the repository
     root is served, the browser lands in workbooks/, the chapters are in book/, and the book's build
-    folders (_ext, _static, _templates) are not in the file browser."""
+    folders (_ext, _static, _templates) are not in the file browser; Chinese text and ✅ are drawn with the
+    fonts the course installs."""
     from test_skeleton import _make_calls
 
     (lab,) = _make_calls(tmp_path / "make", "lab")
@@ -296,5 +316,15 @@ def test_make_lab_opens_the_workbooks_with_the_chapters_beside_them(browser, tmp
             item.first.wait_for(timeout=60_000)  # the file browser lists the workbooks folder
             crumbs = page.locator(".jp-BreadCrumbs").first.inner_text()
             assert "workbooks" in crumbs, crumbs
+            # Chinese and the checks' ✅ in a notebook's prose (content font) and code or output (code font) are
+            # drawn with the fonts the course installs (binder/jupyter_lab_config.py), not as empty boxes: the
+            # test machine has no CJK or emoji font of its own.
+            for family in ("content", "code"):
+                page.evaluate(_FONT_PROBE, family)
+                for text, wanted in (("我爱", "Noto Sans CJK SC"), ("✅", "DejaVu Sans")):
+                    fonts = _drawn_with(page, f"#font-probe-{family}", text)
+                    assert len(fonts) == 1 and wanted in fonts[0]["familyName"] and fonts[0]["isCustomFont"], (
+                        f"{text} in JupyterLab's {family} font: {fonts}"
+                    )
         finally:
             context.close()

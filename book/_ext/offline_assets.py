@@ -12,6 +12,12 @@
    with fontTools, writing ``_static/fonts/cjk-subset.woff`` (tens to hundreds of KB).
    ``book/_static/custom.css`` declares it with ``@font-face`` and a ``unicode-range``, so the browser
    uses it only for CJK characters and keeps the theme's fonts for Latin text.
+
+3. The emoji the book prints (every check's ✅ PASS or ❌ FAIL, 🤗 for Hugging Face) come from an emoji font,
+   which many Linux machines lack: they showed as empty boxes. A second small web font maps each of them to a
+   plain glyph of DejaVu Sans (the copy matplotlib ships): ✅ → ✔, ❌ → ✘, 🤗 → ☺. It comes last in the font
+   stacks of ``custom.css``, after the emoji fonts, so a reader who has one still sees the coloured emoji.
+   The page's text is unchanged (search and copy buttons see ✅), only the glyph drawn differs.
 """
 
 from __future__ import annotations
@@ -70,6 +76,38 @@ def subset_font(source: pathlib.Path, text: str, target: pathlib.Path) -> None:
     font.save(str(target))
 
 
+# Must match the unicode-range of the "Course Symbols" @font-face rule in book/_static/custom.css.
+EMOJI_FALLBACK = {"✅": "✔", "❌": "✘", "🤗": "☺"}
+EMOJI_OUTPUT = pathlib.PurePosixPath("fonts/emoji-fallback.woff")
+
+
+def emoji_fallback_font(target: pathlib.Path, fallback: dict[str, str] = EMOJI_FALLBACK) -> None:
+    """Write a WOFF font that draws each key of ``fallback`` with the DejaVu Sans glyph of its value."""
+    import matplotlib
+    from fontTools import subset
+    from fontTools.ttLib import TTFont
+    from fontTools.ttLib.tables._c_m_a_p import CmapSubtable
+
+    font = TTFont(str(pathlib.Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"))
+    glyphs = {ord(emoji): font.getBestCmap()[ord(plain)] for emoji, plain in fallback.items()}
+    options = subset.Options()
+    options.notdef_outline = True
+    options.drop_tables += ["FFTM"]  # FontForge's timestamps, which the subsetter would report and drop
+    subsetter = subset.Subsetter(options)
+    subsetter.populate(glyphs=sorted(set(glyphs.values())))
+    subsetter.subset(font)
+    tables = []
+    for fmt, encoding in ((4, 1), (12, 10)):  # Windows Unicode: BMP, then the full range (🤗 is U+1F917)
+        table = CmapSubtable.newSubtable(fmt)
+        table.platformID, table.platEncID, table.language = 3, encoding, 0
+        table.cmap = {code: name for code, name in glyphs.items() if fmt == 12 or code <= 0xFFFF}
+        tables.append(table)
+    font["cmap"].tables = tables
+    target.parent.mkdir(parents=True, exist_ok=True)
+    font.flavor = "woff"
+    font.save(str(target))
+
+
 def _build_finished(app: Sphinx, exception: Exception | None) -> None:
     if exception is not None or app.builder.format != "html":
         return
@@ -80,6 +118,7 @@ def _build_finished(app: Sphinx, exception: Exception | None) -> None:
         logger.warning("offline_assets: %s is missing from mplfonts at %s", FONT_FILE, source.parent)
         return
     out_dir = pathlib.Path(app.outdir)
+    emoji_fallback_font(out_dir / "_static" / EMOJI_OUTPUT)
     text = cjk_characters(out_dir)
     subset_font(source, text, out_dir / "_static" / OUTPUT)
     logger.info("offline_assets: %d CJK characters -> _static/%s", len(text), OUTPUT)
