@@ -14,14 +14,15 @@ How it works, for each edition (English ``_build/html``, Chinese ``_build/html/z
    the index) become plain text, links to other sites stay. Collapsed parts (hidden code cells, dropdowns) are
    opened; a solution keeps its title, "Solution to Exercise 3.1", which marks it as one.
 2. Chromium (Debian's ``/usr/bin/chromium``, driven by Playwright, as in ``tests/test_book_html.py``) opens
-   that document (its requests answered from ``_build``), with the book's stylesheets, its vendored MathJax (so formulas
-   are typeset exactly as in the HTML) and its CJK web font (so the Chinese edition embeds the glyphs it
-   uses), plus ``book/_static/print.css`` (page size, page numbers, wrapped code lines, no screen-only
-   parts). It prints the document once; the page of every table-of-contents entry is read back from that
-   PDF's named destinations and written into the contents, and the document is printed again (the contents
-   keep their length, so the numbers hold).
-3. pypdf writes the outline (bookmarks: part > chapter > section > subsection, from the pages' ``h1``-``h3``
-   in the same order as Chromium's own outline), the document information and opens on the outline.
+   that document (its requests answered from ``_build``), with the book's stylesheets, its vendored MathJax
+   (so formulas are typeset exactly as in the HTML) and its CJK web font (so the Chinese edition embeds the
+   glyphs it uses), plus ``book/_static/print.css`` (page size, page numbers, wrapped code lines, no
+   screen-only parts). A formula or table wider than the page is scaled down to fit. Chromium prints the
+   document once; the page of every table-of-contents entry is read back from that PDF's named destinations
+   and written into the contents, and a second print paints only those numbers.
+3. pikepdf lays the numbers over the contents pages, writes the outline (bookmarks: part > chapter > section
+   > subsection, from the pages' ``h1``-``h3``, each leading where Chromium put the heading) and the
+   document information, and makes the PDF open on its outline.
 
 Chromium prints links within the document as PDF links to named destinations, and page numbers in the
 bottom margin (CSS ``@page`` margin boxes). Nothing reaches the network: Playwright answers the document's
@@ -37,7 +38,6 @@ import dataclasses
 import datetime
 import html
 import io
-import logging
 import os
 import pathlib
 import posixpath
@@ -48,8 +48,6 @@ import time
 import urllib.parse
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-# pypdf notes that Chromium's trailer undercounts its objects ("Object count ... exceeds"): harmless.
-logging.getLogger("pypdf").setLevel(logging.ERROR)
 BUILD = ROOT / "_build"
 HTML = BUILD / "html"
 OUT = BUILD / "pdf"
@@ -89,7 +87,8 @@ class Chapter:
     title: str  # "3. Self-attention", as the sidebar shows it
     part: str  # the part caption ("" for the root page)
     html: str = ""  # the article, ids and links rewritten
-    headings: list[tuple[int, str, str]] = dataclasses.field(default_factory=list)  # (level, its id here, text)
+    # (level, its id here, its text as in the HTML (TeX inside, typeset in the contents), as plain text (bookmarks))
+    headings: list[tuple[int, str, str, str]] = dataclasses.field(default_factory=list)
 
 
 def anchor(docname: str, fragment: str = "") -> str:
@@ -132,6 +131,33 @@ def _root_docname() -> str:
     import yaml
 
     return yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))["root"]
+
+
+_TEX_SYMBOLS = {"top": "ᵀ", "cdot": "·", "times": "×", "le": "≤", "ge": "≥", "approx": "≈", "to": "→",
+                "infty": "∞", "sum": "∑", "alpha": "α", "beta": "β", "gamma": "γ", "theta": "θ", "lambda": "λ",
+                "mu": "μ", "sigma": "σ", "pi": "π", "epsilon": "ε", "ell": "ℓ", "in": "∈", "log": "log",
+                "exp": "exp", "softmax": "softmax", "max": "max", "min": "min"}
+
+
+def plain_math(tex: str) -> str:
+    """A heading's inline TeX as plain text for a bookmark (bookmarks cannot show typeset maths):
+    ``\\sqrt{d_{model}}`` -> ``√d_model``, ``O(T^2 d)`` stays, ``QK^\\top`` -> ``QKᵀ``."""
+    text = re.sub(r"\^\s*\\top\b", "ᵀ", tex)
+    previous = None
+    while previous != text:  # innermost braces first
+        previous = text
+        text = re.sub(r"([_^])\{([^{}]*)\}", r"\1\2", text)
+        text = re.sub(r"\\frac\{([^{}]*)\}\{([^{}]*)\}", r"\1/\2", text)
+        text = re.sub(r"\\sqrt\{([^{}]*)\}", r"√\1", text)
+        text = re.sub(r"\\(?:mathrm|text|mathbf|operatorname|mathit)\{([^{}]*)\}", r"\1", text)
+    text = re.sub(r"\\([A-Za-z]+)", lambda m: _TEX_SYMBOLS.get(m.group(1), m.group(1)), text)
+    text = re.sub(r"\\[,;:! ]", " ", text)
+    return re.sub(r"\s+", " ", text.replace("{", "").replace("}", "")).strip()
+
+
+def _heading_text(h) -> str:
+    """A heading's text, its maths (``\\(...\\)`` in the built HTML) made plain (``plain_math``)."""
+    return re.sub(r"\\\((.*?)\\\)", lambda m: plain_math(m.group(1)), _text(h))
 
 
 def _text(el) -> str:
@@ -183,7 +209,7 @@ def read_chapter(edition: Edition, chapter: Chapter, docnames: set[str], to_site
         if section is not None and section.get("id"):
             level = int(h.name[1])
             h_id = section["id"]
-            chapter.headings.append((level, h_id, _text(h)))
+            chapter.headings.append((level, h_id, _text(h), _heading_text(h)))
     first = article.find("section")
     chapter.html = (
         f'<div class="pdf-chapter" id="{anchor(chapter.docname)}" data-docname="{chapter.docname}">'
@@ -261,7 +287,7 @@ def front_matter(edition: Edition, chapters: list[Chapter], facts: dict[str, str
         if ch.part != part and ch.part:
             rows.append(f'<li class="pdf-toc-part">{html.escape(ch.part)}</li>')
         part = ch.part
-        for level, h_id, text in ch.headings:
+        for level, h_id, text, _ in ch.headings:
             if level > 2:
                 continue
             rows.append(
@@ -270,7 +296,7 @@ def front_matter(edition: Edition, chapters: list[Chapter], facts: dict[str, str
             )
     # Chromium writes a named destination only for an element some link points to: the outline needs one for
     # every heading down to OUTLINE_DEPTH, and for the contents.
-    targets = "".join(f'<a href="#{h_id}"></a>' for ch in chapters for level, h_id, _ in ch.headings
+    targets = "".join(f'<a href="#{h_id}"></a>' for ch in chapters for level, h_id, _, _ in ch.headings
                       if level > 2 and level <= OUTLINE_DEPTH) + '<a href="#pdf-contents"></a>'
     contents = (f'<nav class="pdf-targets" aria-hidden="true">{targets}</nav>'
                 f'<section class="pdf-contents" id="pdf-contents"><h1 class="pdf-contents-title">'
@@ -333,7 +359,7 @@ _READY = """async () => {
   imgs.forEach(img => { img.loading = 'eager'; });
   await Promise.all(imgs.map(img => img.decode().catch(() => null)));
   // The window is as wide as the page's text: what is wider (a long formula, a wide table) is scaled down to
-  // fit, and what still sticks out is reported.
+  // fit, and what still sticks out is reported (MathJax's clipped copy for screen readers is not drawn).
   const article = document.querySelector('article');
   const width = article.clientWidth;
   const wide = 'mjx-container[display="true"], table, .cell_output .output_html, .cell_output svg';
@@ -342,7 +368,7 @@ _READY = """async () => {
   }
   const right = article.getBoundingClientRect().right + 1;
   const outside = Array.from(article.querySelectorAll('*')).filter(el => el.getBoundingClientRect().right > right
-      && !el.closest('.pdf-targets') && getComputedStyle(el).display !== 'none');
+      && !el.closest('.pdf-targets, mjx-assistive-mml') && getComputedStyle(el).display !== 'none');
   return {math: document.querySelectorAll('mjx-container').length,
           errors: document.querySelectorAll('mjx-merror').length,
           broken: imgs.filter(i => !i.naturalWidth).map(i => i.src),
@@ -360,15 +386,15 @@ _NUMBERS_ONLY = """pages => {
 }"""
 
 
-def print_pdf(html_file: pathlib.Path, out: pathlib.Path) -> dict[str, int]:
-    """Print ``html_file`` (under _build) to ``out``, with page numbers in the contents; return counts.
+def print_pdf(html_file: pathlib.Path) -> tuple[bytes, bytes, dict[str, object]]:
+    """Print ``html_file`` (under _build): (the book, its contents' page numbers alone, counts).
 
     Chromium cannot number the contents itself (no ``target-counter()``): the document is printed once, the
     page of each entry is read from that PDF's named destinations, the numbers are written into the page, and
-    a second print that paints only those numbers (the cover and contents pages alone: the chapters are
-    hidden after them, which moves nothing before them) is laid over the first's contents pages."""
+    a second print paints only those numbers (the cover and contents pages alone: the chapters are hidden
+    after them, which moves nothing before them), to be laid over the first print's contents pages."""
+    import pikepdf
     from playwright.sync_api import sync_playwright
-    from pypdf import PdfReader, PdfWriter
 
     if not CHROMIUM.exists():
         raise FileNotFoundError(f"Chromium not found at {CHROMIUM}: install Debian's chromium (see .ci/run)")
@@ -385,78 +411,78 @@ def print_pdf(html_file: pathlib.Path, out: pathlib.Path) -> dict[str, int]:
                 raise RuntimeError(f"{html_file.name}: {ready['errors']} TeX errors, images not loaded: "
                                    f"{ready['broken'][:5]}")
             book = page.pdf(**options, tagged=True)
-            pages = destination_pages(book)
-            page.evaluate(_NUMBERS_ONLY, {k: str(v + 1) for k, v in pages.items()})
+            with pikepdf.open(io.BytesIO(book)) as pdf:
+                pages = {name: index for name, (index, _) in destinations(pdf).items()}
+            page.evaluate(_NUMBERS_ONLY, {name: str(index + 1) for name, index in pages.items()})
             numbers = page.pdf(**options)
         finally:
             browser.close()
-    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(book)))
-    overlay = PdfReader(io.BytesIO(numbers))
-    first_chapter = min(v for k, v in pages.items() if not k.startswith("pdf-"))
-    if len(overlay.pages) != first_chapter:
-        raise RuntimeError(f"{out.name}: the cover and contents took {len(overlay.pages)} pages alone, "
-                           f"{first_chapter} before the first chapter")
-    for i, numbered in enumerate(overlay.pages):
-        writer.pages[i].merge_page(numbered)
-    with out.open("wb") as f:
-        writer.write(f)
-    return {"math": ready["math"], "outside": ready["outside"]}
+    return book, numbers, ready
 
 
-def destination_pages(pdf: bytes) -> dict[str, int]:
-    """Named destination -> 0-based page index."""
-    from pypdf import PdfReader
-
-    reader = PdfReader(io.BytesIO(pdf))
-    return {name.lstrip("/"): reader.get_destination_page_number(dest)
-            for name, dest in reader.named_destinations.items()}
+def destinations(pdf) -> dict[str, tuple[int, object]]:
+    """Chromium's named destinations: name (without its slash) -> (0-based page index, destination array)."""
+    index = {page.obj.objgen: i for i, page in enumerate(pdf.pages)}
+    dests = pdf.Root.get("/Dests", {})
+    return {str(name).lstrip("/"): (index[dests[name][0].objgen], dests[name]) for name in dests.keys()}
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Outline and document information
+# Contents' page numbers, outline and document information
 # ------------------------------------------------------------------------------------------------------------
 
 
-def finish(path: pathlib.Path, edition: Edition, chapters: list[Chapter], facts: dict[str, str]) -> int:
-    """Write the outline (part > chapter > section > subsection) and the document information; return pages.
+def finish(book: bytes, numbers: bytes, out: pathlib.Path, edition: Edition, chapters: list[Chapter],
+           facts: dict[str, str]) -> int:
+    """Write ``out``: the book with its contents' page numbers laid over it, the outline (part > chapter >
+    section > subsection) and the document information; return its number of pages.
 
-    Every heading is the target of a link (the contents, or the hidden list that ``document`` adds), so
-    Chromium gives it a named destination: its page and height there."""
-    from pypdf import PdfReader, PdfWriter
-    from pypdf.generic import Fit
+    Every heading is the target of a link (the contents, or the hidden list that ``front_matter`` adds), so
+    Chromium gives it a named destination: its page and height there, where its bookmark leads."""
+    import pikepdf
 
-    reader = PdfReader(path)
-    dests = reader.named_destinations
-    writer = PdfWriter(clone_from=reader)
-    writer._root_object.pop("/Outlines", None)  # Chromium's outline (if any) is replaced by this one
+    with pikepdf.open(io.BytesIO(book)) as pdf, pikepdf.open(io.BytesIO(numbers)) as overlay:
+        dests = destinations(pdf)
+        first_chapter = min(index for name, (index, _) in dests.items() if not name.startswith("pdf-"))
+        if len(overlay.pages) != first_chapter:
+            raise RuntimeError(f"{out.name}: the cover and contents took {len(overlay.pages)} pages alone, "
+                               f"{first_chapter} before the first chapter")
+        for page, numbered in zip(pdf.pages, overlay.pages):
+            page.add_overlay(numbered)
 
-    def add(title: str, h_id: str, parent: object = None) -> object:
-        dest = dests.get("/" + h_id, dests.get(h_id))
-        if dest is None:
-            raise RuntimeError(f"{path.name}: no destination for {h_id!r} ({title!r})")
-        top = dest.get("/Top")
-        fit = Fit.xyz(left=dest.get("/Left"), top=top) if top is not None else Fit.fit()
-        return writer.add_outline_item(title=title, page_number=reader.get_destination_page_number(dest), parent=parent,
-                                       fit=fit)
+        def item(title: str, h_id: str) -> pikepdf.OutlineItem:
+            if h_id not in dests:
+                raise RuntimeError(f"{out.name}: no destination for {h_id!r} ({title!r})")
+            return pikepdf.OutlineItem(title, destination=pikepdf.Array(dests[h_id][1]))
 
-    add(edition.contents, "pdf-contents")
-    part, part_item = None, None
-    parents: dict[int, object] = {}
-    for ch in chapters:
-        if ch.part != part:
-            part = ch.part
-            part_item = add(part, ch.headings[0][1]) if part else None
-        for level, h_id, text in ch.headings:
-            if level > OUTLINE_DEPTH:
-                continue
-            parents[level] = add(text, h_id, part_item if level == 1 else parents.get(level - 1))
-            for deeper in range(level + 1, OUTLINE_DEPTH + 1):
-                parents.pop(deeper, None)
-    writer.page_mode = "/UseOutlines"
-    writer.add_metadata({"/Title": f"{facts['title']} ({edition.label})", "/Author": facts["author"],
-                         "/Subject": f"{edition.version} {facts['version']} {facts['commit']}".strip()})
-    writer.write(path)
-    return len(writer.pages)
+        with pdf.open_outline() as outline:
+            outline.root.clear()  # Chromium's own outline, if any
+            outline.root.append(item(edition.contents, "pdf-contents"))
+            part = None
+            parents: dict[int, pikepdf.OutlineItem] = {}
+            for ch in chapters:
+                if ch.part != part:
+                    part = ch.part
+                    if part:
+                        parents[0] = item(part, ch.headings[0][1])
+                        outline.root.append(parents[0])
+                for level, h_id, _, text in ch.headings:
+                    if level > OUTLINE_DEPTH:
+                        continue
+                    parents[level] = item(text, h_id)
+                    parent = parents.get(level - 1) if (level > 1 or ch.part) else None
+                    (parent.children if parent is not None else outline.root).append(parents[level])
+                    for deeper in range(level + 1, OUTLINE_DEPTH + 1):
+                        parents.pop(deeper, None)
+        pdf.Root.PageMode = pikepdf.Name.UseOutlines
+        with pdf.open_metadata(set_pikepdf_as_editor=False) as meta:
+            meta["dc:title"] = f"{facts['title']} ({edition.label})"
+            meta["dc:creator"] = [facts["author"]]
+            meta["dc:description"] = f"{edition.version} {facts['version']} {facts['commit']}".strip()
+        pdf.docinfo["/Title"] = f"{facts['title']} ({edition.label})"
+        pdf.docinfo["/Author"] = facts["author"]
+        pdf.save(out)
+        return len(pdf.pages)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -488,9 +514,10 @@ def build(edition_key: str, pages: list[str] | None = None, out_dir: pathlib.Pat
     OUT.mkdir(parents=True, exist_ok=True)
     html_file.write_text(document(edition, chapters, facts, to_site), encoding="utf-8")
     pdf = out_dir / edition.pdf_name
-    printed = print_pdf(html_file, pdf)
-    n_pages = finish(pdf, edition, chapters, facts)
-    return {"pdf": pdf, "pages": n_pages, "seconds": time.perf_counter() - start, **printed}
+    book, numbers, ready = print_pdf(html_file)
+    n_pages = finish(book, numbers, pdf, edition, chapters, facts)
+    return {"pdf": pdf, "pages": n_pages, "seconds": time.perf_counter() - start, "math": ready["math"],
+            "outside": ready["outside"]}
 
 
 def publish(pdf: pathlib.Path, edition: Edition) -> pathlib.Path:
