@@ -414,7 +414,7 @@ def print_pdf(html_file: pathlib.Path) -> tuple[bytes, bytes, dict[str, object]]
             with pikepdf.open(io.BytesIO(book)) as pdf:
                 pages = {name: index for name, (index, _) in destinations(pdf).items()}
             page.evaluate(_NUMBERS_ONLY, {name: str(index + 1) for name, index in pages.items()})
-            numbers = page.pdf(**options)
+            numbers = page.pdf(**{**options, "print_background": False})  # transparent: the page shows through
         finally:
             browser.close()
     return book, numbers, ready
