@@ -1,5 +1,5 @@
-# The two commands of the README: `make book` and `make test`. Also `make lab`, `make notebooks`, `make workbooks`,
-# `make bench`, and for the Chinese edition `make pot`, `make book-en`, `make book-zh`.
+# The two commands of the README: `make book` and `make test`. Also `make pdf`, `make lab`, `make notebooks`,
+# `make workbooks`, `make bench`, and for the Chinese edition `make pot`, `make book-en`, `make book-zh`.
 # Every target first makes sure .venv exists and matches requirements.txt (reinstalled when it changes).
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -14,14 +14,14 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 export TOKENIZERS_PARALLELISM := false
 # Building, testing and re-running the course never touches the network. Not exported to `make lab`: there a
 # learner may download GPT-2 (chapter 11), and the cell that does it says in one line when it cannot.
-OFFLINE_TARGETS := book book-en book-zh pot test $(addprefix test-,$(STAGES)) unit nbval nbval-paths notebooks workbooks \
+OFFLINE_TARGETS := book book-en book-zh pdf pot test $(addprefix test-,$(STAGES)) unit nbval nbval-paths notebooks workbooks \
 	bench
 $(OFFLINE_TARGETS): export HF_HUB_OFFLINE := 1
 $(OFFLINE_TARGETS): export TRANSFORMERS_OFFLINE := 1
 # What JupyterLab's file browser leaves out (its defaults, then the book's build folders and output).
 LAB_HIDDEN := ["__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "_ext", "_static", "_templates", "_build", "*.egg-info"]
 
-.PHONY: venv book book-en book-zh pot test $(addprefix test-,$(STAGES)) unit nbval nbval-paths lab notebooks workbooks \
+.PHONY: venv book book-en book-zh pdf pot test $(addprefix test-,$(STAGES)) unit nbval nbval-paths lab notebooks workbooks \
 	bench clean
 
 venv: $(STAMP)
@@ -44,6 +44,13 @@ book-en: $(STAMP)
 
 book-zh: $(STAMP)
 	$(BIN)/python scripts/i18n.py build zh_CN
+
+# The whole book as one PDF per edition (scripts/pdf.py: Chromium prints the built HTML; a few minutes on 2 cores):
+# _build/pdf/transformers-piece-by-piece.pdf and -zh.pdf, also copied into each edition's site root, where every
+# page's download menu links to it. Builds the HTML book first when it is missing.
+pdf: $(STAMP)
+	test -f _build/html/zh/index.html || $(BIN)/python scripts/i18n.py build-all
+	$(BIN)/python scripts/pdf.py
 
 # Refresh the message templates from the book and merge them into locales/zh_CN/LC_MESSAGES/*.po:
 # changed English becomes fuzzy (with the old English as `#| msgid`), deleted English becomes obsolete.
