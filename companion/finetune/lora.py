@@ -8,8 +8,8 @@ A pretrained weight ``W`` (D_out, D_in) stays frozen; the layer learns two small
 - ``B`` starts at zero, so ΔW = 0: the adapted model is *exactly* the pretrained one at step 0, and training
   starts from its loss. ``A`` starts random (Kaiming-uniform, as PyTorch's and peft's ``nn.Linear``), so the
   gradient of ``B`` is not zero. (Both zero would stay zero: each one's gradient is proportional to the other.)
-- The scale α / r: the paper fixes α as r varies ("we do not tune α"), so a larger rank gets a smaller factor.
-  Kalajdzievski (2023, rsLoRA) showed that with Adam this factor makes learning slow down as r grows, and that
+- The scale α / r: the paper sets α "to the first r we try and do not tune it", so a larger rank gets a smaller
+  factor. Kalajdzievski (2023, rsLoRA) showed that with Adam this makes learning slow down as r grows, and that
   α / √r is the rank-stable choice; ``rslora=True`` uses it (peft's ``use_rslora``). α = 2r, common in
   practice, keeps the factor at 2 for every rank.
 - Trainable parameters per layer: r · (D_in + D_out) instead of D_in · D_out; AdamW keeps two moments for each
