@@ -1,9 +1,11 @@
-"""companion.finetune: the chat template and loss mask, sequence log-probabilities, LoRA and DPO.
+"""companion.finetune: the chat template and loss mask, sequence log-probabilities, LoRA, DPO and GRPO.
 
 References others maintain: Hugging Face ``peft``'s LoRA (same base weights, same A and B; a single layer and a
 ``transformers`` Llama against our GPT with its weights), ``peft``'s ``merge_and_unload``, ``F.cross_entropy``
 and ``F.kl_div``; the DPO loss against the paper's formula written out with ``torch.sigmoid`` and its gradient
-against the paper's eq. 8. The loss mask is checked token by token on an example worked by hand.
+against the paper's eq. 8; GRPO against DeepSeekMath's eq. 3 written out token by token; our chat template and loss
+mask against ChatML and Llama 3 templates rendered by ``transformers``' ``apply_chat_template``. The loss mask is
+checked token by token on an example worked by hand.
 """
 
 from __future__ import annotations
@@ -29,10 +31,14 @@ from companion.finetune import (
     dpo_loss,
     encode_chat,
     encode_prompt,
+    group_advantages,
+    grpo_loss,
+    hf_chat_tokenizer,
     implicit_rewards,
     lora_modules,
     mean_token_kl,
     merge_lora,
+    rename_markers,
     sequence_logprobs,
     sft_batch,
     sft_loss,
@@ -318,15 +324,17 @@ def test_merging_gives_the_same_outputs_and_a_plain_model() -> None:
     reference.load_state_dict(model.state_dict())
 
 
-def test_lora_linear_equals_peft_on_the_same_weights() -> None:
+@pytest.mark.parametrize("rslora", [False, True])
+def test_lora_linear_equals_peft_on_the_same_weights(rslora: bool) -> None:
     peft = pytest.importorskip("peft")
     torch.manual_seed(0)
     base = nn.Linear(12, 10)
     holder = nn.Module()
     holder.proj = copy.deepcopy(base)
     holder.forward = lambda x: holder.proj(x)  # type: ignore[method-assign]
-    theirs = peft.get_peft_model(holder, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["proj"], lora_dropout=0.0))
-    ours = LoRALinear(base, r=4, alpha=8)
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["proj"], lora_dropout=0.0, use_rslora=rslora)
+    theirs = peft.get_peft_model(holder, config)
+    ours = LoRALinear(base, r=4, alpha=8, rslora=rslora)
     layer = theirs.base_model.model.proj
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
@@ -334,7 +342,7 @@ def test_lora_linear_equals_peft_on_the_same_weights() -> None:
         ours.lora_B.copy_(torch.randn(10, 4, generator=g))
         layer.lora_A["default"].weight.copy_(ours.lora_A)
         layer.lora_B["default"].weight.copy_(ours.lora_B)
-    assert layer.scaling["default"] == ours.scaling == 2.0
+    assert layer.scaling["default"] == ours.scaling == (4.0 if rslora else 2.0)  # 8 / √4 or 8 / 4
     x = torch.randn(3, 5, 12, generator=g)
     with torch.no_grad():
         assert_close(ours(x), layer(x))
@@ -557,3 +565,156 @@ def test_lora_on_the_router_and_kv_up_proj_acts() -> None:
     with torch.no_grad():
         adapted = model(x)
         assert_close(merge_lora(model)(x), adapted, rtol=1e-5, atol=1e-5)
+
+
+# --- rank-stabilised LoRA -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("r", [1, 4, 16])
+def test_rslora_scales_by_alpha_over_root_r(r: int) -> None:
+    torch.manual_seed(0)
+    base = nn.Linear(16, 12)
+    plain, rs = LoRALinear(base, r=r, alpha=8), LoRALinear(base, r=r, alpha=8, rslora=True)
+    assert plain.scaling == 8 / r and math.isclose(rs.scaling, 8 / math.sqrt(r))
+    with torch.no_grad():
+        rs.lora_A.copy_(plain.lora_A)
+        rs.lora_B.copy_(torch.randn(12, r))
+        plain.lora_B.copy_(rs.lora_B)
+    x = torch.randn(3, 16)
+    with torch.no_grad():  # the updates differ by the ratio of the factors, √r
+        assert_close(rs(x) - base(x), (plain(x) - base(x)) * math.sqrt(r))
+        assert_close(rs.merged().weight, base.weight + (8 / math.sqrt(r)) * rs.lora_B @ rs.lora_A)
+    model = apply_lora(tiny_gpt(), r=r, alpha=8, targets=["q_proj"], rslora=True)
+    assert all(m.rslora and math.isclose(m.scaling, 8 / math.sqrt(r)) for m in lora_modules(model).values())
+    with pytest.raises(TypeError, match="rslora"):
+        apply_lora(tiny_gpt(), r=r, alpha=8, rslora="yes")
+
+
+# --- GRPO -----------------------------------------------------------------------------------------------------
+
+
+def test_group_advantages_by_hand() -> None:
+    """Group [1, 0, 0, 1]: mean 0.5, sample std √(4 · 0.25 / 3) = 0.5774; group [1, 1, 1, 1]: no spread, 0."""
+    adv = group_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0]), group_size=4)
+    s = math.sqrt(1 / 3) + 1e-4
+    assert_close(adv, torch.tensor([0.5 / s, -0.5 / s, -0.5 / s, 0.5 / s, 0.0, 0.0, 0.0, 0.0]))
+    with pytest.raises(ValueError, match="group_size=3"):
+        group_advantages(torch.ones(8), group_size=3)
+    with pytest.raises(ValueError, match="group_size=1"):
+        group_advantages(torch.ones(8), group_size=1)
+
+
+def _grpo_by_hand(logps, old, ref, adv, mask, eps, beta) -> float:
+    """DeepSeekMath eq. 3, one token at a time with Python floats; returns −J."""
+    total = 0.0
+    for i in range(len(adv)):
+        terms = []
+        for t in range(len(mask[i])):
+            if not mask[i][t]:
+                continue
+            ratio = math.exp(logps[i][t] - old[i][t])
+            clipped = min(max(ratio, 1 - eps), 1 + eps)
+            q = math.exp(ref[i][t] - logps[i][t])  # π_ref / π_θ
+            terms.append(min(ratio * adv[i], clipped * adv[i]) - beta * (q - math.log(q) - 1))
+        total += sum(terms) / len(terms)
+    return -total / len(adv)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.04, 0.5])
+def test_grpo_loss_is_the_papers_formula(beta: float) -> None:
+    g = torch.Generator().manual_seed(0)
+    logps = -torch.rand(4, 6, generator=g) * 3
+    old = logps + 0.4 * torch.randn(4, 6, generator=g)  # ratios far enough from 1 to be clipped
+    ref = logps + 0.3 * torch.randn(4, 6, generator=g)
+    adv = torch.tensor([1.2, -0.7, 0.0, 0.4])
+    mask = torch.tensor([[0, 0, 1, 1, 1, 0], [0, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    ours = grpo_loss(logps, old, ref, adv, mask, clip_eps=0.2, beta=beta)
+    want = _grpo_by_hand(logps.tolist(), old.tolist(), ref.tolist(), adv.tolist(), mask.tolist(), 0.2, beta)
+    assert math.isclose(ours.item(), want, rel_tol=1e-5, abs_tol=1e-6)
+    ratio = torch.exp(logps - old)[mask.bool()]
+    assert ((ratio < 0.8) | (ratio > 1.2)).any()  # the clip was exercised
+
+
+def test_grpo_gradient_on_fresh_samples() -> None:
+    """At π_θ = π_old = π_ref: ρ = 1, the KL and its gradient vanish, and ∂(−J)/∂ log π_i,t = −Â_i / (G |o_i|)."""
+    logps = torch.log(torch.tensor([[0.5, 0.2, 0.9], [0.3, 0.6, 0.1]])).requires_grad_(True)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    adv = torch.tensor([0.8, -0.8])
+    loss = grpo_loss(logps, logps.detach(), logps.detach().clone(), adv, mask, beta=0.04)
+    loss.backward()
+    want = torch.tensor([[-0.8 / 4, -0.8 / 4, 0.0], [0.8 / 6, 0.8 / 6, 0.8 / 6]])
+    assert_close(logps.grad, want)
+    assert math.isclose(loss.item(), 0.0, abs_tol=1e-7)  # Σ Â = 0 and no KL
+
+
+def test_grpo_kl_term_is_k3_and_never_negative() -> None:
+    logps = torch.log(torch.tensor([[0.5, 0.2]]))
+    ref = torch.log(torch.tensor([[0.25, 0.4]]))
+    zero = torch.zeros(1)
+    loss = grpo_loss(logps, logps, ref, zero, torch.ones(1, 2), beta=1.0)
+    q = torch.tensor([0.5, 2.0])  # π_ref / π_θ at each token
+    assert_close(loss, (q - q.log() - 1).mean())
+    assert loss > 0
+
+
+def test_bad_grpo_inputs() -> None:
+    x, m, a = torch.zeros(2, 3), torch.ones(2, 3), torch.zeros(2)
+    with pytest.raises(ValueError, match="old_logps has shape"):
+        grpo_loss(x, torch.zeros(2, 4), x, a, m)
+    with pytest.raises(ValueError, match="advantages has 3 values"):
+        grpo_loss(x, x, x, torch.zeros(3), m)
+    with pytest.raises(ValueError, match=r"no token in answer\(s\) \[1\]"):
+        grpo_loss(x, x, x, a, torch.tensor([[1, 0, 0], [0, 0, 0]]))
+    with pytest.raises(ValueError, match="clip_eps=1.5"):
+        grpo_loss(x, x, x, a, m, clip_eps=1.5)
+    with pytest.raises(ValueError, match="beta=-1"):
+        grpo_loss(x, x, x, a, m, beta=-1)
+    with pytest.raises(ValueError, match="logps contains NaN"):
+        grpo_loss(torch.full((2, 3), float("nan")), x, x, a, m)
+
+
+# --- real chat templates --------------------------------------------------------------------------------------
+
+TEMPLATE_CHATS = [
+    CHAT,
+    [{"role": "user", "content": "Translate into English: 我爱NLP"}, {"role": "assistant", "content": "I love NLP"},
+     {"role": "user", "content": "And 他们在家看他的书?"}, {"role": "assistant", "content": "They read his book."}],
+]
+
+
+def _masked_spans(ids: list[int], mask: list[int], decode) -> list[str]:
+    spans, current = [], []
+    for i, m in zip(ids, mask):
+        if m:
+            current.append(i)
+        elif current:
+            spans.append(decode(current))
+            current = []
+    return spans + ([decode(current)] if current else [])
+
+
+@pytest.mark.parametrize("name", ["chatml", "llama3"])
+@pytest.mark.parametrize("chat", TEMPLATE_CHATS)
+def test_our_template_and_mask_map_onto_a_real_one(name: str, chat: list[dict[str, str]]) -> None:
+    """transformers renders the published layout; ours with its markers renamed is the same text, with and
+    without the generation prompt, and the assistant-token masks cover the same spans (content + end marker)."""
+    pytest.importorskip("transformers")
+    hf = hf_chat_tokenizer(name)
+    assert hf.apply_chat_template(chat, tokenize=False) == rename_markers(chat_template(chat), name)
+    prompt = chat[:-1]
+    assert hf.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True) == \
+        rename_markers(chat_template(prompt, add_generation_prompt=True), name)  # fmt: skip
+    out = hf.apply_chat_template(chat, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    theirs = _masked_spans(out["input_ids"], out["assistant_masks"], hf.decode)
+    tok = byte_tokenizer()
+    ids, mask = encode_chat(chat, tok)
+    end = {"chatml": "<|im_end|>", "llama3": "<|eot_id|>"}[name]
+    ours = [s.replace(END, end) for s in _masked_spans(ids, mask, tok.decode)]
+    assert theirs == ours == [m["content"] + end for m in chat if m["role"] == "assistant"]
+
+
+def test_template_names_are_checked() -> None:
+    with pytest.raises(ValueError, match="name='qwen'"):
+        rename_markers("<|user|>hi<|end|>", "qwen")
+    with pytest.raises(TypeError, match="text must be a str"):
+        rename_markers(None, "chatml")

@@ -1,4 +1,4 @@
-"""LoRA: fine-tune a frozen linear layer through a low-rank update ΔW = B A (Hu et al. 2021).
+"""LoRA: fine-tune a frozen linear layer through a low-rank update ΔW = B A (Hu et al. 2022).
 
 A pretrained weight ``W`` (D_out, D_in) stays frozen; the layer learns two small matrices instead,
 ``A`` (r, D_in) and ``B`` (D_out, r) with a rank ``r`` much smaller than D_in and D_out::
@@ -8,7 +8,10 @@ A pretrained weight ``W`` (D_out, D_in) stays frozen; the layer learns two small
 - ``B`` starts at zero, so ΔW = 0: the adapted model is *exactly* the pretrained one at step 0, and training
   starts from its loss. ``A`` starts random (Kaiming-uniform, as PyTorch's and peft's ``nn.Linear``), so the
   gradient of ``B`` is not zero. (Both zero would stay zero: each one's gradient is proportional to the other.)
-- The scale α / r keeps the update's size roughly independent of ``r``, so α need not be retuned with ``r``.
+- The scale α / r: the paper sets α "to the first r we try and do not tune it", so a larger rank gets a smaller
+  factor. Kalajdzievski (2023, rsLoRA) showed that with Adam this makes learning slow down as r grows, and that
+  α / √r is the rank-stable choice; ``rslora=True`` uses it (peft's ``use_rslora``). α = 2r, common in
+  practice, keeps the factor at 2 for every rank.
 - Trainable parameters per layer: r · (D_in + D_out) instead of D_in · D_out; AdamW keeps two moments for each
   trainable parameter, so the optimiser state shrinks by the same factor.
 - ``merge_lora`` folds the update into the weight, W' = W + (α / r) B A: the same outputs at no extra cost at
@@ -35,33 +38,36 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from companion._checks import check_input_dtype, check_positive_float, check_positive_int, check_probability
+from companion._checks import check_bool, check_input_dtype, check_positive_float, check_positive_int, check_probability
 
 __all__ = ["LoRALinear", "apply_lora", "merge_lora", "lora_modules", "DEFAULT_TARGETS"]
 
-DEFAULT_TARGETS = ("q_proj", "v_proj")  # Hu et al. 2021, section 7.1: adapt W_q and W_v
+DEFAULT_TARGETS = ("q_proj", "v_proj")  # Hu et al. 2022, section 7.1: adapt W_q and W_v
 
 
 class LoRALinear(nn.Module):
-    """A frozen ``nn.Linear`` plus a trainable low-rank update ``(alpha / r) · B A``.
+    """A frozen ``nn.Linear`` plus a trainable low-rank update ``(alpha / r) · B A`` (``alpha / √r`` with rslora).
 
     Args:
         base: the pretrained layer; its weight and bias are frozen (``requires_grad=False``), not copied.
         r: the rank of the update, >= 1 (at most min(D_in, D_out) to be low-rank; larger is allowed).
         alpha: the scale numerator, > 0; the update is multiplied by ``alpha / r``.
         dropout: dropout on the adapter's input only (peft's ``lora_dropout``), in [0, 1).
+        rslora: scale by ``alpha / √r`` instead (rank-stabilised LoRA, Kalajdzievski 2023; peft's ``use_rslora``).
     """
 
-    def __init__(self, base: nn.Linear, r: int, alpha: float, dropout: float = 0.0) -> None:
+    def __init__(self, base: nn.Linear, r: int, alpha: float, dropout: float = 0.0, rslora: bool = False) -> None:
         super().__init__()
         if not isinstance(base, nn.Linear):
             raise TypeError(f"base must be a torch.nn.Linear, got {type(base).__name__}")
         check_positive_int("r", r)
         check_positive_float("alpha", alpha)
         check_probability("dropout", dropout, allow_one=False)
+        check_bool("rslora", rslora)
         self.base = base
         self.base.requires_grad_(False)
         self.r = r
+        self.rslora = rslora
         d_out, d_in = base.weight.shape
         factory = {"dtype": base.weight.dtype, "device": base.weight.device}
         # saved with the adapters: B A was trained at this scale
@@ -78,8 +84,12 @@ class LoRALinear(nn.Module):
 
     @property
     def scaling(self) -> float:
-        """α / r, the factor of the update."""
-        return self.alpha / self.r
+        """The factor of the update: α / r, or α / √r with rslora."""
+        return self.alpha / self._divisor
+
+    @property
+    def _divisor(self) -> float:
+        return math.sqrt(self.r) if self.rslora else float(self.r)
 
     @property
     def weight(self) -> Tensor:
@@ -92,8 +102,8 @@ class LoRALinear(nn.Module):
         return self.base.bias
 
     def delta_weight(self) -> Tensor:
-        """ΔW = (alpha / r) · B A. Shapes: -> (D_out, D_in)."""
-        return (self.lora_B @ self.lora_A) * (self.lora_alpha / self.r).to(self.lora_B.dtype)  # (D_out, D_in)
+        """ΔW = (alpha / r) · B A (alpha / √r with rslora). Shapes: -> (D_out, D_in)."""
+        return (self.lora_B @ self.lora_A) * (self.lora_alpha / self._divisor).to(self.lora_B.dtype)  # (D_out, D_in)
 
     def merged(self) -> nn.Linear:
         """A plain ``nn.Linear`` with weight W + ΔW and the base's bias (frozen as the base was)."""
@@ -109,11 +119,12 @@ class LoRALinear(nn.Module):
         """Shapes: x (..., D_in) -> (..., D_out)."""
         check_input_dtype("x", x, self.lora_A)
         update = self.dropout(x) @ self.lora_A.T  # (..., r): the only D_in-to-r product
-        scaling = (self.lora_alpha / self.r).to(update.dtype)  # a tensor: no read-back to the host
+        scaling = (self.lora_alpha / self._divisor).to(update.dtype)  # a tensor: no read-back to the host
         return self.base(x) + (update @ self.lora_B.T) * scaling  # (..., D_out)
 
     def extra_repr(self) -> str:
-        return f"r={self.r}, alpha={self.alpha:g}, scaling={self.scaling:g}"
+        rs = ", rslora=True" if self.rslora else ""
+        return f"r={self.r}, alpha={self.alpha:g}{rs}, scaling={self.scaling:g}"
 
 
 def _matches(name: str, target: str) -> bool:
@@ -129,13 +140,18 @@ def lora_modules(model: nn.Module) -> dict[str, LoRALinear]:
 
 
 def apply_lora(
-    model: nn.Module, r: int, alpha: float, targets: Sequence[str] = DEFAULT_TARGETS, dropout: float = 0.0
+    model: nn.Module,
+    r: int,
+    alpha: float,
+    targets: Sequence[str] = DEFAULT_TARGETS,
+    dropout: float = 0.0,
+    rslora: bool = False,
 ) -> nn.Module:
     """Replace each ``nn.Linear`` named by ``targets`` with a ``LoRALinear``; freeze every other parameter.
 
     In place; returns ``model``, whose only trainable parameters are then the adapters' ``lora_A``, ``lora_B``.
     Each target must match at least one linear layer (by full name or by its last dotted parts, e.g. "q_proj"
-    matches "layers.0.self_attn.q_proj").
+    matches "layers.0.self_attn.q_proj"). ``rslora=True`` scales each update by α / √r instead of α / r.
 
     Raises:
         ValueError: ``r`` <= 0, ``alpha`` <= 0, a target that matches no ``nn.Linear`` (naming it and the
@@ -146,6 +162,7 @@ def apply_lora(
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     check_positive_int("r", r)
     check_positive_float("alpha", alpha)
+    check_bool("rslora", rslora)
     if isinstance(targets, str) or not isinstance(targets, Sequence) or not targets or \
             not all(isinstance(t, str) for t in targets):  # fmt: skip
         raise TypeError(f"targets must be a non-empty list of module names such as ['q_proj', 'v_proj'], "
@@ -163,7 +180,7 @@ def apply_lora(
         chosen.update(found)
     model.requires_grad_(False)
     for name, layer in chosen.items():
-        _replace(model, name, LoRALinear(layer, r, alpha, dropout))
+        _replace(model, name, LoRALinear(layer, r, alpha, dropout, rslora))
     return model
 
 
