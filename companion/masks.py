@@ -1,4 +1,4 @@
-"""Attention masks: causal, padding, sliding-window, document (packed sequences), and how to combine them.
+"""Attention masks: causal, padding, sliding-window, prefix-LM, document (packed sequences), and how to combine them.
 
 Convention (the same as ``torch.nn.functional.scaled_dot_product_attention``'s boolean ``attn_mask``):
 
@@ -17,7 +17,8 @@ causal mask and a ``(B, 1, 1, S)`` padding mask combine into ``(B, 1, T, S)``.
 Reference checked against: the ``attn_mask`` semantics of ``torch.nn.functional.scaled_dot_product_attention``
 (``tests/test_masks.py``, ``tests/test_attention.py``); the sliding window follows Mistral 7B
 (Jiang et al., 2023): each query sees the ``window`` most recent keys, itself included; attention sinks
-follow StreamingLLM (Xiao et al., 2024). The document mask of packed sequences is checked against attention on
+follow StreamingLLM (Xiao et al., 2024); the prefix-LM mask follows UniLM (Dong et al., 2019) and T5's
+prefix LM (Raffel et al., 2020). The document mask of packed sequences is checked against attention on
 each document separately (``tests/test_masks.py``).
 """
 
@@ -34,6 +35,7 @@ __all__ = [
     "combine_masks",
     "document_mask",
     "padding_mask",
+    "prefix_lm_mask",
     "sliding_window_mask",
     "to_additive",
 ]
@@ -132,6 +134,37 @@ def sliding_window_mask(
     j = torch.arange(s, device=device).unsqueeze(0)  # (1, S)
     recent = j > p - (window - n_sinks)  # (T, S): the window - n_sinks most recent keys
     return _finish((j <= p) & (recent | (j < n_sinks)), additive, dtype)
+
+
+def prefix_lm_mask(
+    t: int, prefix_len: int, *, additive: bool = False, dtype: torch.dtype = torch.float32
+) -> Tensor:
+    """Mask of a prefix language model: the first ``prefix_len`` positions see each other, the rest are causal.
+
+    The prefix (a prompt, a source sentence, an image's patches) is read bidirectionally, like an encoder;
+    the positions after it are generated one at a time and see the whole prefix plus the positions before
+    them. Query ``i`` may see key ``j`` iff ``j <= i`` or ``j < prefix_len``. ``prefix_len=0`` (or 1) gives
+    back :func:`causal_mask`; ``prefix_len=t`` lets everyone see everyone.
+
+    Example (t=4, prefix_len=2)::
+
+        [[T, T, F, F],
+         [T, T, F, F],
+         [T, T, T, F],
+         [T, T, T, T]]
+
+    Shapes:
+        returns (T, T), boolean (``True`` = may attend), or float 0/-inf if ``additive``.
+
+    Raises:
+        ValueError: ``t`` < 1, or ``prefix_len`` outside 0..t.
+    """
+    check_positive_int("t", t)
+    check_positive_int("prefix_len", prefix_len, allow_zero=True)
+    if prefix_len > t:
+        raise ValueError(f"prefix_len={prefix_len} is larger than t={t}; expected 0 <= prefix_len <= t")
+    j = torch.arange(t).unsqueeze(0)  # (1, T)
+    return _finish(causal_mask(t) | (j < prefix_len), additive, dtype)  # (T, T)
 
 
 def check_sinks(n_sinks: int, window: int) -> None:

@@ -7,7 +7,15 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from companion.masks import causal_mask, combine_masks, document_mask, padding_mask, sliding_window_mask, to_additive
+from companion.masks import (
+    causal_mask,
+    combine_masks,
+    document_mask,
+    padding_mask,
+    prefix_lm_mask,
+    sliding_window_mask,
+    to_additive,
+)
 
 
 def test_causal_mask_small_example() -> None:
@@ -160,3 +168,38 @@ def test_document_mask_rejects_bad_input() -> None:
         document_mask(torch.zeros(1, 2, 3, dtype=torch.long))
     with pytest.raises(TypeError, match="causal"):
         document_mask(torch.tensor([0, 1]), causal="yes")
+
+
+def test_prefix_lm_mask_small_example() -> None:
+    """t = 4, prefix 2: rows 0 and 1 see keys 0 and 1 (the prefix, both ways); row 2 sees 0..2, row 3 all."""
+    expected = torch.tensor([[1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)
+    assert torch.equal(prefix_lm_mask(4, 2), expected)
+
+
+@pytest.mark.parametrize("t", [1, 5, 9])
+def test_prefix_lm_mask_limits_are_causal_and_full(t: int) -> None:
+    assert torch.equal(prefix_lm_mask(t, 0), causal_mask(t)) and torch.equal(prefix_lm_mask(t, 1), causal_mask(t))
+    assert prefix_lm_mask(t, t).all()
+
+
+def test_prefix_lm_outputs_after_the_prefix_ignore_later_tokens_but_prefix_reads_all_of_itself() -> None:
+    """Changing a token after the prefix leaves every earlier output unchanged; changing the last prefix token
+    changes the first prefix position's output (bidirectional inside the prefix)."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 1, 1, 8, 4).unbind(0)
+    mask = prefix_lm_mask(8, 3)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    k2, v2 = k.clone(), v.clone()
+    k2[..., 5, :], v2[..., 5, :] = torch.randn(4), torch.randn(4)
+    assert_close(F.scaled_dot_product_attention(q, k2, v2, attn_mask=mask)[..., :5, :], out[..., :5, :])
+    k3, v3 = k.clone(), v.clone()
+    k3[..., 2, :], v3[..., 2, :] = torch.randn(4), torch.randn(4)
+    assert not torch.allclose(F.scaled_dot_product_attention(q, k3, v3, attn_mask=mask)[..., 0, :], out[..., 0, :])
+
+
+def test_prefix_lm_mask_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="prefix_len=5 is larger than t=4"):
+        prefix_lm_mask(4, 5)
+    with pytest.raises(ValueError, match="prefix_len=-1"):
+        prefix_lm_mask(4, -1)
+    assert torch.equal(prefix_lm_mask(3, 1, additive=True) == 0, prefix_lm_mask(3, 1))

@@ -1,5 +1,6 @@
 """companion.generation.sampling against ``transformers``' logits processors (top-k, top-p, min-p, repetition
-penalty), hand-worked min-p and repetition-penalty examples, and ``generate`` with the two new settings."""
+penalty, no-repeat n-grams), hand-worked min-p, repetition, presence and frequency penalty examples, and
+``generate`` with the two new settings."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from torch.testing import assert_close
 
 from companion.generation import (
     BigramModel,
+    apply_presence_frequency_penalty,
     apply_repetition_penalty,
     generate,
     min_p_filter,
+    no_repeat_ngram_filter,
     top_k_filter,
     top_p_filter,
 )
@@ -19,6 +22,7 @@ from companion.generation import (
 transformers = pytest.importorskip("transformers")
 from transformers.generation.logits_process import (  # noqa: E402
     MinPLogitsWarper,
+    NoRepeatNGramLogitsProcessor,
     RepetitionPenaltyLogitsProcessor,
     TopKLogitsWarper,
     TopPLogitsWarper,
@@ -65,6 +69,19 @@ def test_repetition_penalty_equals_transformers(seed: int, penalty: float) -> No
     assert_close(apply_repetition_penalty(logits, previous, penalty), expected, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+def test_no_repeat_ngram_equals_transformers(seed: int, n: int) -> None:
+    """Each row is a random run of 10 ids written twice, so that its last n - 1 tokens occurred before and some
+    token is blocked; a small vocabulary adds chance repeats."""
+    logits = random_logits(seed, vocab=6)
+    half = torch.randint(6, (4, 10), generator=torch.Generator().manual_seed(200 + seed))
+    previous = torch.cat([half, half], dim=1)  # (4, 20)
+    expected = NoRepeatNGramLogitsProcessor(n)(previous, logits.clone())
+    got = no_repeat_ngram_filter(logits, previous, n)
+    assert torch.isinf(got).sum() > 0 and torch.equal(got, expected)
+
+
 # --- hand-worked examples ------------------------------------------------------------------------
 
 
@@ -97,6 +114,38 @@ def test_repetition_penalty_hand_example() -> None:
 )
 def test_bad_settings_are_rejected_by_name(call, word: str) -> None:
     with pytest.raises(ValueError, match=word):
+        call()
+
+
+def test_presence_and_frequency_penalty_hand_example() -> None:
+    """previous = [2, 2, 2, 0]: token 2 seen 3 times, token 0 once, tokens 1 and 3 never. With presence 0.5 and
+    frequency 0.25: token 2 loses 0.5 + 3 · 0.25 = 1.25, token 0 loses 0.5 + 0.25 = 0.75, the others nothing,
+    whatever the sign of the logit (the repetition penalty would have divided 2.0 but multiplied -1.0)."""
+    logits = torch.tensor([[1.0, 0.0, 2.0, -1.0]])
+    previous = torch.tensor([[2, 2, 2, 0]])
+    got = apply_presence_frequency_penalty(logits, previous, presence=0.5, frequency=0.25)
+    assert_close(got, torch.tensor([[0.25, 0.0, 0.75, -1.0]]))
+    assert torch.equal(apply_presence_frequency_penalty(logits, previous), logits)  # zero penalties: no change
+
+
+def test_no_repeat_ngram_hand_example() -> None:
+    """previous = the cat sat on the (ids 0 1 2 3 0), n = 2: the prefix is "the", which was followed by "cat",
+    so only "cat" (1) is blocked; with n = 3 the prefix "on the" never occurred before, nothing is blocked."""
+    previous = torch.tensor([[0, 1, 2, 3, 0]])
+    logits = torch.zeros(1, 5)
+    assert torch.isinf(no_repeat_ngram_filter(logits, previous, 2))[0].tolist() == [False, True, False, False, False]
+    assert torch.isfinite(no_repeat_ngram_filter(logits, previous, 3)).all()
+    assert torch.equal(no_repeat_ngram_filter(logits, previous[:, :1], 2), logits)  # shorter than n: unchanged
+
+
+@pytest.mark.parametrize(("call", "word"), [
+    (lambda: no_repeat_ngram_filter(torch.zeros(1, 4), torch.tensor([[0, 1]]), 0), "no_repeat_ngram_size=0"),
+    (lambda: apply_presence_frequency_penalty(torch.zeros(1, 4), torch.tensor([[0]]), presence="a"), "presence"),
+    (lambda: apply_presence_frequency_penalty(torch.zeros(2, 4), torch.tensor([[0]]), 1.0), "rows"),
+    (lambda: no_repeat_ngram_filter(torch.zeros(1, 4), torch.tensor([[0, 9]]), 2), "previous"),
+])
+def test_new_penalties_reject_bad_input(call, word: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=word):
         call()
 
 

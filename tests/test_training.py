@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from companion.models import GPT, ModelConfig, Transformer
 from companion.training import (
     TrainConfig,
+    chrf,
     lm_loss,
     load_checkpoint,
     lr_at,
@@ -509,3 +510,29 @@ def test_batch_shards_cover_the_global_batch_once(batch_size: int, world: int) -
     assert {len(range(batch_size)[batch_shard(batch_size, rank, world)]) for rank in range(world)} == {
         batch_size // world
     }
+
+
+def test_chrf_hand_worked_example():
+    """Hypothesis "ab", reference "abc", orders 1 and 2. Unigrams: 2 in the hypothesis, 3 in the reference, 2
+    matched: P1 = 1, R1 = 2/3. Bigrams: "ab" against "ab", "bc": P2 = 1, R2 = 1/2. chrP = 1, chrR = 7/12;
+    with beta = 2, chrF = 5 · 7/12 / (4 + 7/12) = 35/55 = 63.64."""
+    assert math.isclose(chrf(["ab"], ["abc"], char_order=2), 100 * 35 / 55)
+
+
+def test_chrf_identity_spaces_and_partial_credit():
+    """Identical text scores 100 (spaces do not count); a wrong word scores between 0 and 100, while text with no
+    character in common scores 0. Counts are clipped: repeating a matched character earns nothing more."""
+    ref = "Did he write three books in the library?"
+    assert chrf([ref], [ref]) == 100.0 and chrf([ref.replace(" ", "")], [ref]) == 100.0
+    assert 0 < chrf(["Did he write two books in the library?"], [ref]) < 100
+    assert chrf(["xyz"], ["abc"]) == 0.0
+    assert math.isclose(chrf(["aaaa"], ["a"], char_order=1), 100 * 5 * 0.25 / (4 * 0.25 + 1))
+
+
+def test_chrf_rejects_bad_input():
+    with pytest.raises(ValueError, match="equally long"):
+        chrf(["a"], ["a", "b"])
+    with pytest.raises(TypeError, match="hypotheses must be a list of strings"):
+        chrf("a", ["a"])
+    with pytest.raises(ValueError, match="char_order=0"):
+        chrf(["a"], ["a"], char_order=0)

@@ -2,7 +2,7 @@
 
 - :mod:`companion.generation.sampling` -- choosing one token from logits: ``apply_temperature``,
   ``top_k_filter``, ``top_p_filter`` (Holtzman et al. 2020), ``min_p_filter``, ``apply_repetition_penalty``,
-  ``pick_next``.
+  ``apply_presence_frequency_penalty``, ``no_repeat_ngram_filter``, ``pick_next``.
 - :mod:`companion.generation.utf8` -- ``Utf8Mask``: only tokens that keep a byte-level tokenizer's output valid
   UTF-8 (a finite automaton over the pending partial character).
 - :mod:`companion.generation.decoding` -- the loop: the :class:`Decodable` protocol (what a model must offer),
@@ -20,9 +20,11 @@ generate, translate``.
 from companion.generation.adapters import BigramModel, ConditionedDecoder, DecodingConfig, FunctionModel, TokenHistory
 from companion.generation.decoding import Decodable, beam_search, eval_mode, generate
 from companion.generation.sampling import (
+    apply_presence_frequency_penalty,
     apply_repetition_penalty,
     apply_temperature,
     min_p_filter,
+    no_repeat_ngram_filter,
     pick_next,
     top_k_filter,
     top_p_filter,
@@ -35,4 +37,5 @@ __all__ = [
     "BigramModel", "ConditionedDecoder", "Decodable", "DecodingConfig", "FunctionModel", "TokenHistory",
     "apply_temperature", "beam_search", "eval_mode", "generate", "pick_next", "top_k_filter", "top_p_filter",
     "translate", "Utf8Mask", "apply_repetition_penalty", "min_p_filter", "speculative_accept", "speculative_generate",
+    "apply_presence_frequency_penalty", "no_repeat_ngram_filter",
 ]  # fmt: skip

@@ -4,12 +4,14 @@ and the pick itself.
 Pure functions on logits (..., V), shared by :func:`companion.generation.generate` and chapter 9.
 References: Holtzman et al. 2020, "The Curious Case of Neural Text Degeneration" (top-p); Fan et al. 2018
 (top-k); Nguyen et al. 2024, "Turning Up the Heat: Min-p Sampling" (min-p); Keskar et al. 2019, CTRL (the
-repetition penalty). The functions follow Hugging Face's ``TopKLogitsWarper``, ``TopPLogitsWarper``,
-``MinPLogitsWarper`` and ``RepetitionPenaltyLogitsProcessor``: ties at the k-th logit are kept, top-p keeps
-the smallest set of most likely tokens whose probabilities reach ``p``, min-p keeps the tokens at least
-``min_p`` times as likely as the most likely one, and the penalty divides a seen token's positive logit (or
-multiplies its negative one) by ``penalty`` once, however often it was seen (tests/test_sampling.py checks
-all four against ``transformers``).
+repetition penalty); OpenAI's API reference (presence and frequency penalties). The functions follow Hugging
+Face's ``TopKLogitsWarper``, ``TopPLogitsWarper``, ``MinPLogitsWarper``, ``RepetitionPenaltyLogitsProcessor``
+and ``NoRepeatNGramLogitsProcessor``: ties at the k-th logit are kept, top-p keeps the smallest set of most
+likely tokens whose probabilities reach ``p``, min-p keeps the tokens at least ``min_p`` times as likely as the
+most likely one, the penalty divides a seen token's positive logit (or multiplies its negative one) by
+``penalty`` once, however often it was seen, and the n-gram filter blocks every token that would repeat an
+n-gram (tests/test_sampling.py checks all five against ``transformers``). The sign-aware penalty is Hugging
+Face's; CTRL's paper divides every seen logit by the penalty, which *raises* a negative one.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from torch import Tensor
 
 from companion._checks import (
     check_bool,
+    check_number,
     check_positive_float,
     check_positive_int,
     check_probability,
@@ -28,7 +31,7 @@ from companion._checks import (
 
 __all__ = [
     "apply_temperature", "pick_next", "top_k_filter", "top_p_filter", "min_p_filter", "apply_repetition_penalty",
-    "check_sampling",
+    "apply_presence_frequency_penalty", "no_repeat_ngram_filter", "check_sampling",
 ]  # fmt: skip
 
 
@@ -91,17 +94,63 @@ def min_p_filter(logits: Tensor, min_p: float) -> Tensor:
 def apply_repetition_penalty(logits: Tensor, previous: Tensor, penalty: float) -> Tensor:
     """Make every token already in ``previous`` less likely (``penalty > 1``) or more likely (``< 1``).
 
-    A seen token's logit z becomes z / penalty if z > 0 and z · penalty otherwise (CTRL's rule, as Hugging
-    Face applies it): once per token, however many times it occurs. ``penalty=1`` changes nothing.
+    A seen token's logit z becomes z / penalty if z > 0 and z · penalty otherwise (Hugging Face's sign-aware
+    form of CTRL's rule; CTRL divides every seen logit, so a negative one would rise): once per token, however
+    many times it occurs. ``penalty=1`` changes nothing.
 
     Shapes: logits (B, V), previous (B, T) integer ids -> (B, V).
     """
     check_positive_float("repetition_penalty", penalty)
+    _check_history(logits, previous)
+    return _penalise(logits, previous.long(), penalty)
+
+
+def apply_presence_frequency_penalty(
+    logits: Tensor, previous: Tensor, presence: float = 0.0, frequency: float = 0.0
+) -> Tensor:
+    """Subtract ``presence`` from the logit of every token seen at least once, and ``frequency`` per occurrence.
+
+    z_j becomes z_j - frequency · c_j - presence · [c_j > 0], where c_j counts token j in ``previous``
+    (OpenAI's presence and frequency penalties). Unlike the repetition penalty the shift does not depend on
+    the sign of z_j, and the frequency term grows with every repeat. Zero for both changes nothing; negative
+    values make repeats more likely.
+
+    Shapes: logits (B, V), previous (B, T) integer ids -> (B, V).
+    """
+    check_number("presence", presence)
+    check_number("frequency", frequency)
+    _check_history(logits, previous)
+    counts = torch.zeros_like(logits).scatter_add(-1, previous.long(), torch.ones_like(previous, dtype=logits.dtype))
+    return logits - frequency * counts - presence * (counts > 0).to(logits.dtype)  # (B, V)
+
+
+def no_repeat_ngram_filter(logits: Tensor, previous: Tensor, n: int) -> Tensor:
+    """Set to -inf every token that would complete an ``n``-gram already present in ``previous``.
+
+    The last n - 1 tokens of each row are the prefix the next token would extend; wherever that prefix
+    occurred before, the token that followed it is blocked (Hugging Face's ``no_repeat_ngram_size``). With
+    ``n=1`` every seen token is blocked. Rows shorter than ``n`` tokens are left alone.
+
+    Shapes: logits (B, V), previous (B, T) integer ids -> (B, V).
+    """
+    check_positive_int("no_repeat_ngram_size", n)
+    _check_history(logits, previous)
+    previous = previous.long()
+    if previous.size(1) < n:
+        return logits
+    grams = previous.unfold(1, n, 1)  # (B, T - n + 1, n): every n-gram so far
+    prefix = previous[:, previous.size(1) - n + 1 :]  # (B, n - 1): what the next token would extend
+    hit = (grams[..., :-1] == prefix[:, None, :]).all(-1)  # (B, T - n + 1): n-grams with that prefix
+    blocked = torch.zeros(logits.shape, dtype=torch.int8, device=logits.device)
+    blocked = blocked.scatter_reduce(-1, grams[..., -1], hit.to(torch.int8), reduce="amax")  # (B, V)
+    return logits.masked_fill(blocked.bool(), float("-inf"))
+
+
+def _check_history(logits: Tensor, previous: Tensor) -> None:
     check_tensor("logits", logits, ndim=2)
     check_token_ids("previous", previous, ndim=2, vocab_size=logits.size(-1))
     if previous.size(0) != logits.size(0):
         raise ValueError(f"previous has {previous.size(0)} rows but logits has {logits.size(0)}; expected equal")
-    return _penalise(logits, previous.long(), penalty)
 
 
 def _penalise(logits: Tensor, previous: Tensor, penalty: float) -> Tensor:

@@ -29,6 +29,7 @@ from companion.training.losses import LossFn, classification_loss, lm_loss, mlm_
 from companion.training.scaling_sweep import scaling_sweep
 from companion.training.schedule import TrainConfig, lr_at, make_optimizer
 from companion.training.translation import (
+    chrf,
     train_translation,
     translate_pairs,
     translation_accuracy,
@@ -39,5 +40,5 @@ __all__ = [
     "TrainConfig", "LossFn", "lm_loss", "seq2seq_loss", "mlm_loss", "classification_loss", "lr_at", "make_optimizer",
     "train", "save_checkpoint",
     "load_checkpoint", "train_translation", "translation_accuracy", "translate_pairs", "translation_model_config",
-    "scaling_sweep",
+    "scaling_sweep", "chrf",
 ]  # fmt: skip
