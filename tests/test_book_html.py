@@ -869,11 +869,7 @@ _CODE_BOXES = """() => {
 }"""
 
 
-@pytest.mark.parametrize(
-    "docname",
-    [pytest.param(d, marks=pytest.mark.xfail(reason="being reformatted")) if d in _HELD_TO_92_COLUMNS else d
-     for d in NOTEBOOKS],
-)
+@pytest.mark.parametrize("docname", NOTEBOOKS)
 def test_code_cells_fit_at_laptop_width(built_book, browser, server: str, docname: str) -> None:
     """At 1280 px, with both sidebars shown, a code cell holds 92 columns on a line, and no code cell's input
     or output needs scrolling sideways: a longer line wraps at the box's edge (custom.css). In the chapters
