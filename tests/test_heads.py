@@ -119,6 +119,19 @@ def test_classification_loss_checks_the_labels() -> None:
     assert_close(classification_loss(tagger, (ids, tags, mask)), expected)
 
 
+def test_classification_loss_passes_the_token_types_of_a_pair() -> None:
+    torch.manual_seed(0)
+    model = SequenceClassifier(tiny(type_vocab_size=2), 2)
+    ids, labels = torch.randint(1, 20, (4, 6)), torch.tensor([0, 1, 1, 0])
+    types = torch.tensor([[0, 0, 0, 1, 1, 1]] * 4)  # segment A, then segment B
+    mask = padding_mask(ids, PAD)
+    expected = F.cross_entropy(model(ids, mask, types), labels)
+    assert_close(classification_loss(model, (ids, labels, mask, types)), expected)
+    assert not torch.equal(model(ids, mask), model(ids, mask, types))  # the types reach the model
+    with pytest.raises(TypeError, match="of length 4"):
+        mlm_loss(Encoder(tiny()), (ids, labels, mask, types))  # only a classifier takes token types
+
+
 def test_mlm_loss_scores_only_the_chosen_tokens() -> None:
     torch.manual_seed(0)
     model = Encoder(tiny())

@@ -8,6 +8,8 @@ layer for the task, and train everything on the labelled examples.
   of the first token, [CLS], as BERT does; ``pooling="mean"`` averages the vectors of the real tokens
   (padding left out), as Sentence-BERT does (Reimers & Gurevych 2019).
 - Token classification (named entities, tags): a linear layer on every hidden vector; no pooling.
+  ``span_scores`` scores its tags the way named-entity recognition is scored (CoNLL-2003, Tjong Kim Sang &
+  De Meulder 2003): an entity counts only if its whole span and its tag are right.
 
 ``from_encoder`` starts a head's encoder from a pretrained ``Encoder`` (its masked-LM head is left behind,
 as ``transformers`` drops ``cls.predictions`` when it builds a classifier from a BERT checkpoint).
@@ -27,7 +29,7 @@ from companion.models.blocks import init_weights
 from companion.models.config import ModelConfig
 from companion.models.encoder import Encoder
 
-__all__ = ["POOLINGS", "SequenceClassifier", "TokenClassifier", "pool"]
+__all__ = ["POOLINGS", "SequenceClassifier", "TokenClassifier", "pool", "span_scores", "tag_spans"]
 
 POOLINGS = ("cls", "mean")  # how a SequenceClassifier turns S vectors into one
 
@@ -160,3 +162,53 @@ class TokenClassifier(nn.Module):
 
     def extra_repr(self) -> str:
         return f"num_labels={self.num_labels}"
+
+
+def tag_spans(tags: Tensor, outside: int = 0, ignore_index: int = -100) -> set[tuple[int, int, int, int]]:
+    """The entities of a batch of tag sequences: maximal runs of one tag other than ``outside``.
+
+    Returns ``(row, start, end, tag)`` tuples, ``end`` exclusive. A position labelled ``ignore_index``
+    ([CLS], padding) ends a run and belongs to none. Example: tags ``[0, 2, 2, 0, 3, 1]`` with
+    ``outside=0`` hold the spans ``(0, 1, 3, 2)``, ``(0, 4, 5, 3)`` and ``(0, 5, 6, 1)``.
+    Shapes: tags (B, S) or (S,).
+    """
+    check_tensor("tags", tags, ndim=(1, 2))
+    if tags.dtype.is_floating_point:
+        raise TypeError(f"tags must be integer tag ids, got dtype {tags.dtype}")
+    spans = set()
+    for row, seq in enumerate(tags.reshape(-1, tags.size(-1)).tolist()):
+        start = None
+        for pos, tag in enumerate([*seq, ignore_index]):  # a sentinel closes the last run
+            if start is not None and tag != seq[start]:
+                spans.add((row, start, pos, seq[start]))
+                start = None
+            if start is None and tag not in (outside, ignore_index):
+                start = pos
+    return spans
+
+
+def span_scores(
+    predicted: Tensor, gold: Tensor, outside: int = 0, tag: int | None = None, ignore_index: int = -100
+) -> dict[str, float]:
+    """Entity-level precision, recall and F1: a predicted span counts only if a gold span has the same
+    row, start, end and tag (exact match, as CoNLL-2003 scores named entities).
+
+    ``gold`` holds ``ignore_index`` where a token is not scored; those positions are taken out of
+    ``predicted`` too. ``tag``: score that tag's spans only (None: all tags but ``outside``). A score with
+    nothing to count (no predicted span for precision, no gold span for recall) is 0.
+    Raises ``ValueError`` if the shapes differ. Shapes: predicted (B, S), gold (B, S).
+    """
+    check_tensor("predicted", predicted, ndim=(1, 2))
+    check_tensor("gold", gold, ndim=(1, 2))
+    if predicted.shape != gold.shape:
+        raise ValueError(f"predicted has shape {tuple(predicted.shape)} but gold has {tuple(gold.shape)}; expected "
+                         "the same shape, one tag per token")
+    predicted = torch.where(gold == ignore_index, ignore_index, predicted)  # unscored positions: no entity
+    found, true = (tag_spans(t, outside, ignore_index) for t in (predicted, gold))
+    if tag is not None:
+        found, true = ({s for s in spans if s[3] == tag} for spans in (found, true))
+    hits = len(found & true)
+    precision = hits / len(found) if found else 0.0
+    recall = hits / len(true) if true else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if hits else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1}

@@ -91,14 +91,18 @@ def mlm_loss(model: nn.Module, batch: tuple[Tensor, ...]) -> Tensor:
 
 
 def classification_loss(model: nn.Module, batch: tuple[Tensor, ...]) -> Tensor:
-    """Cross-entropy of a classifier on ``(inputs, labels)`` or ``(inputs, labels, padding_mask)``.
+    """Cross-entropy of a classifier on ``(inputs, labels)``, ``(inputs, labels, padding_mask)`` or
+    ``(inputs, labels, padding_mask, token_type_ids)`` (sentence pairs: segment A = 0, B = 1).
 
     ``model(inputs[, padding_mask])`` gives (B, K) logits with labels (B,) (a ``SequenceClassifier``, a
     ``ViT``), or (B, S, K) logits with labels (B, S), -100 where a token is not scored (a ``TokenClassifier``).
     Raises ``ValueError`` for labels outside [0, K) (naming the label), of the wrong shape, or all -100.
     """
-    inputs, labels, padding = _unpack(batch)
-    logits = model(inputs) if padding is None else model(inputs, padding)  # (B, K) or (B, S, K)
+    inputs, labels, padding = _unpack(batch, allow_types=True)
+    if len(batch) == 4:
+        logits = model(inputs, padding, batch[3])  # (B, K): a pair, with its token types
+    else:
+        logits = model(inputs) if padding is None else model(inputs, padding)  # (B, K) or (B, S, K)
     k = logits.size(-1)
     check_labels("labels", labels, k, require_scored=True)
     if labels.shape != logits.shape[:-1]:
@@ -107,9 +111,12 @@ def classification_loss(model: nn.Module, batch: tuple[Tensor, ...]) -> Tensor:
     return F.cross_entropy(logits.reshape(-1, k).float(), labels.reshape(-1), ignore_index=-100)
 
 
-def _unpack(batch: tuple[Tensor, ...]) -> tuple[Tensor, Tensor, Tensor | None]:
-    if not isinstance(batch, (tuple, list)) or len(batch) not in (2, 3):
-        raise TypeError(f"batch must be (inputs, labels) or (inputs, labels, padding_mask), got {type(batch).__name__}"
+def _unpack(batch: tuple[Tensor, ...], allow_types: bool = False) -> tuple[Tensor, Tensor, Tensor | None]:
+    lengths = (2, 3, 4) if allow_types else (2, 3)
+    if not isinstance(batch, (tuple, list)) or len(batch) not in lengths:
+        expected = "(inputs, labels) or (inputs, labels, padding_mask)" + (
+            " or (inputs, labels, padding_mask, token_type_ids)" if allow_types else "")
+        raise TypeError(f"batch must be {expected}, got {type(batch).__name__}"
                         + (f" of length {len(batch)}" if isinstance(batch, (tuple, list)) else ""))
     inputs, labels = batch[0], batch[1]
     return inputs, labels, batch[2] if len(batch) == 3 else None
