@@ -7,8 +7,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-requirements
-# The stages of `make test` (test-nbval, test-build...), in the order they start: the longest first.
-STAGES := nbval-10 nbval build ruff unit book
+# The stages of `make test` (test-nbval, test-build...), in the order they start: the build first, so the book
+# stage (which needs it, and ends with a browser-bound tail) starts early; then the longest first.
+STAGES := build nbval-10 book nbval unit ruff
 NOTEBOOKS := $(sort $(wildcard book/*.ipynb book/appendix/*.ipynb))
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 export TOKENIZERS_PARALLELISM := false
