@@ -7,22 +7,25 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-requirements
-# The stages of `make test` (test-nbval, test-build...), in the order they start: the build first, so the book
-# stage (which needs it, and ends with a browser-bound tail) starts early; then the longest first.
-STAGES := build nbval-10 book nbval unit ruff
+# The stages of `make test` (test-nbval, test-build...) as two chains that run side by side, each stage after the
+# one before it in its chain: the book tests need the build, and they end in a browser-bound tail that must
+# not run alone at the end; the chains hold about the same CPU time (README "Testing").
+CHAIN_1 := build book unit
+CHAIN_2 := nbval-10 nbval ruff
+STAGES := $(CHAIN_1) $(CHAIN_2)
 NOTEBOOKS := $(sort $(wildcard book/*.ipynb book/appendix/*.ipynb))
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 export TOKENIZERS_PARALLELISM := false
 # Building, testing and re-running the course never touches the network. Not exported to `make lab`: there a
 # learner may download GPT-2 (chapter 11), and the cell that does it says in one line when it cannot.
-OFFLINE_TARGETS := book book-en book-zh pdf pot test $(addprefix test-,$(STAGES)) unit nbval nbval-paths notebooks workbooks \
+OFFLINE_TARGETS := book book-en book-zh pdf pot test $(addprefix test-,$(STAGES)) test-chain-1 test-chain-2 book-tests unit nbval nbval-paths notebooks workbooks \
 	bench
 $(OFFLINE_TARGETS): export HF_HUB_OFFLINE := 1
 $(OFFLINE_TARGETS): export TRANSFORMERS_OFFLINE := 1
 # What JupyterLab's file browser leaves out (its defaults, then the book's build folders and output).
 LAB_HIDDEN := ["__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "_ext", "_static", "_templates", "_build", "*.egg-info"]
 
-.PHONY: venv book book-en book-zh pdf pot test $(addprefix test-,$(STAGES)) unit nbval nbval-paths lab notebooks workbooks \
+.PHONY: venv book book-en book-zh pdf pot test $(addprefix test-,$(STAGES)) test-chain-1 test-chain-2 book-tests unit nbval nbval-paths lab notebooks workbooks \
 	bench clean
 
 venv: $(STAMP)
@@ -58,10 +61,10 @@ pdf: $(STAMP)
 pot: $(STAMP)
 	$(BIN)/python scripts/i18n.py pot
 
-# `make test`: the venv, then six stages, two at a time (make -j2, in the order listed: each stage alone leaves
-# a core idle part of the time, in its start-up and its tail), then a table of each stage's wall and CPU
-# seconds, failed ones included. A failing stage fails make test; -k lets the others finish first.
-# `make test-unit`, `make test-book`... run one stage (test-book builds first).
+# `make test`: the venv, then the six stages in two chains (make -j2, each stage itself on two processes), then
+# a table of each stage's wall and CPU seconds, failed ones included. A failing stage fails make test; the other
+# stages still run (the book tests only if the build passed). `make test-unit`, `make test-book`... run one
+# stage (test-book builds first).
 TIMES := _build/test-times.tsv
 TIMED = $(PYTHON) scripts/timed.py $(TIMES)
 # The floating-point path of make test's nbval: generic kernels and MKL's compatible path, never the one
@@ -81,8 +84,16 @@ NBVAL := $(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-wi
 test:
 	@rm -f $(TIMES)
 	@rc=0; $(TIMED) venv -- $(MAKE) --no-print-directory venv \
-		&& $(MAKE) --no-print-directory -k -j2 -O $(addprefix test-,$(STAGES)) || rc=$$?; \
+		&& $(MAKE) --no-print-directory -k -j2 -O test-chain-1 test-chain-2 || rc=$$?; \
 		$(TIMED) --report venv $(STAGES) || rc=1; exit $$rc
+
+# One chain: its stages in order; a stage that fails fails the chain after the others have run (the book
+# tests only after a build that passed). The book stage runs here without test-book's prerequisite.
+test-chain-1 test-chain-2: $(STAMP)
+	@rc=0; built=1; for stage in $(CHAIN_$(subst test-chain-,,$@)); do \
+		if [ $$stage = book ]; then [ $$built = 1 ] || continue; target=book-tests; else target=test-$$stage; fi; \
+		$(MAKE) --no-print-directory $$target || { rc=1; [ $$stage = build ] && built=0; }; \
+	done; exit $$rc
 
 test-build: $(STAMP)
 	@$(TIMED) build -- $(BIN)/python scripts/i18n.py build-all --fresh --templates
@@ -101,6 +112,9 @@ test-nbval: $(STAMP)
 	@$(TIMED) nbval -- env $(NBVAL_FP_ENV) $(NBVAL) $(shell printf '%s\n' $(filter-out $(NOTEBOOKS_10),$(NOTEBOOKS)) | sort -r)
 
 test-book: $(STAMP) test-build
+	@$(MAKE) --no-print-directory book-tests
+
+book-tests: $(STAMP)
 	@rm -f _build/axe-report.txt
 	@$(TIMED) book -- env BOOK_PREBUILT=1 $(BIN)/python -m pytest tests -m book -n 2 -q -p no:cacheprovider
 
