@@ -112,6 +112,8 @@ class MultiHeadAttention(nn.Module):
             D -> H·D_h and back.
         qk_norm: an RMSNorm over each head's queries and keys (one gain vector of D_h, shared by the heads),
             before RoPE, as in Qwen3, OLMo 2 and Gemma 3 (chapter 14); ``qk_norm_eps`` is its epsilon.
+        sink_logits: a learned logit per head (``sinks``, shape (H,), initialised at 0), an extra softmax column
+            that absorbs attention and carries no value, as in gpt-oss (chapter 14); always the explicit path.
     """
 
     def __init__(
@@ -128,6 +130,7 @@ class MultiHeadAttention(nn.Module):
         head_dim: int | None = None,
         qk_norm: bool = False,
         qk_norm_eps: float = 1e-6,
+        sink_logits: bool = False,
     ) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
@@ -139,6 +142,7 @@ class MultiHeadAttention(nn.Module):
         else:
             check_positive_int("head_dim", head_dim)
         check_bool("qk_norm", qk_norm)
+        check_bool("sink_logits", sink_logits)
         check_divisible("n_heads", n_heads, "n_kv_heads", n_kv_heads)
         check_bool("bias", bias)
         check_dropout("dropout", dropout)
@@ -153,6 +157,7 @@ class MultiHeadAttention(nn.Module):
         self.o_proj = nn.Linear(n_heads * self.head_dim, d_model, bias=bias)
         self.q_norm = RMSNorm(self.head_dim, qk_norm_eps) if qk_norm else None  # QK-norm (chapter 14)
         self.k_norm = RMSNorm(self.head_dim, qk_norm_eps) if qk_norm else None
+        self.sinks = nn.Parameter(torch.zeros(n_heads)) if sink_logits else None  # (H,) gpt-oss's sink logits
         if fused_qkv:
             self._pack_qkv()
 
@@ -241,7 +246,7 @@ class MultiHeadAttention(nn.Module):
         dropout = self.dropout if self.training else 0.0
         s = k.shape[-2]
         _check_causal(is_causal, t, s)
-        if self.use_sdpa and not return_weights:
+        if self.use_sdpa and not return_weights and self.sinks is None:  # PyTorch's kernel has no sink column
             if mask is not None:
                 _check_mask(mask, (b, self.n_heads, t, s), q.device)
             # PyTorch's is_causal aligns the mask top-left: right only when T == S. One new query (T = 1) sees
@@ -257,7 +262,8 @@ class MultiHeadAttention(nn.Module):
             weights = None
         else:
             k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, S, D_h)
-            out, weights = scaled_dot_product_attention(q, k, v, mask, True, dropout=dropout, is_causal=is_causal)
+            out, weights = scaled_dot_product_attention(q, k, v, mask, True, dropout=dropout, is_causal=is_causal,
+                                                        sinks=self.sinks)  # fmt: skip
         out = merge_heads(out)  # (B, T, D)
         out = self.o_proj(out)  # (B, T, D)
         return (out, weights) if return_weights else out

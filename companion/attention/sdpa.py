@@ -119,6 +119,7 @@ def scaled_dot_product_attention(
     dropout: float = 0.0,
     scale: float | None = None,
     is_causal: bool = False,
+    sinks: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """``softmax(q kᵀ · scale + mask) v``, written out step by step (scale defaults to ``1/√D_h``).
 
@@ -128,6 +129,10 @@ def scaled_dot_product_attention(
     with ``mask``. ``dropout`` drops attention weights (pass 0 at evaluation time, as with the PyTorch
     function). The returned weights are those before dropout. fp16/bf16 inputs: scores, softmax and the
     weighted sum run in float32 and the output is cast back.
+
+    ``sinks`` (gpt-oss's learned attention sinks): one extra logit per row, appended to the scores as a
+    column that takes part in the softmax and is then dropped, so it absorbs probability but adds no value
+    (the weights then sum to less than 1); shape (H,) for one per head when q is (B, H, T, D_h).
 
     Shapes:
         q: (..., T, D_h); k: (..., S, D_h); v: (..., S, D_v); mask broadcastable to (..., T, S).
@@ -158,7 +163,14 @@ def scaled_dot_product_attention(
     if is_causal and q.shape[-2] > 1:  # one query (the last position) may see every key: nothing to hide
         causal = causal_mask(scores.shape[-2], scores.shape[-1], device=scores.device)  # (T, S), True = may see
         scores.masked_fill_(~causal, float("-inf"))  # later keys hidden
-    if mask is None:  # no row can be fully masked (causal leaves every query its own key): the plain softmax
+    if sinks is not None:
+        check_tensor("sinks", sinks, ndim=1)
+        if scores.dim() < 3 or sinks.shape[0] != scores.shape[-3]:
+            raise ValueError(f"sinks has shape {tuple(sinks.shape)}; expected one logit per head, (H,) with "
+                             f"scores of shape {tuple(scores.shape)} = (..., H, T, S)")
+        column = sinks.to(scores.dtype)[:, None, None].expand(*scores.shape[:-1], 1)  # (..., H, T, 1)
+        weights = softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1]  # (..., T, S): sum <= 1
+    elif mask is None:  # no row can be fully masked (causal leaves every query its own key): the plain softmax
         weights = torch.softmax(scores, dim=-1)  # (..., T, S), rows sum to 1; scores are float32 already
     else:
         weights = softmax(scores, dim=-1)  # (..., T, S), rows sum to 1 (or 0 if fully masked)

@@ -16,7 +16,7 @@ from companion.models.config import ModelConfig
 __all__ = ["ENCODER_IGNORES", "check_caches", "check_ids", "check_unused", "final_norm", "lm_head", "num_parameters"]
 
 # what an encoder's layers (BERT's, ViT's) never read: no mixture of experts, no MLA, no causal window
-ENCODER_IGNORES = {"n_experts": 0, "kv_rank": None, "sliding_window": None}
+ENCODER_IGNORES = {"n_experts": 0, "kv_rank": None, "sliding_window": None, "sliding_window_pattern": None}
 
 
 def num_parameters(model: nn.Module, *, trainable_only: bool = False) -> int:

@@ -130,18 +130,19 @@ def attention_mask(
     causal: bool,
     padding_mask: Tensor | None = None,
     device: torch.device | None = None,
+    layer: int = 0,
 ) -> Tensor | None:
-    """The mask for T new queries (the last T of S positions) in self-attention.
+    """The mask for T new queries (the last T of S positions) in self-attention of layer ``layer``.
 
-    Combines: causal (decoder) or none (encoder); the sliding window if ``config.sliding_window``; the
+    Combines: causal (decoder) or none (encoder); the layer's sliding window (``config.layer_window``); the
     ``padding_mask`` (B, 1, 1, S), True = real token; and ALiBi's additive bias (H, T, S).
     Returns None when nothing is masked (an encoder without padding, or one cached query).
 
     Shapes: returns (T, S), (B, 1, T, S), (H, T, S) or (B, H, T, S); bool, or float if ALiBi is used.
     """
-    structure = None
-    if causal and config.sliding_window is not None and config.sliding_window < s:
-        structure = sliding_window_mask(t, config.sliding_window, s, n_sinks=config.attention_sinks,
+    structure, window = None, config.layer_window(layer)
+    if causal and window is not None and window < s:
+        structure = sliding_window_mask(t, window, s, n_sinks=config.attention_sinks,
                                         device=device)  # (T, S)
     elif causal and t > 1:
         structure = causal_mask(t, s, device=device)  # (T, S): one new query may see every cached key
@@ -151,11 +152,12 @@ def attention_mask(
     return combine_masks(structure, padding_mask, bias)
 
 
-def causal_by_flag(config: ModelConfig, s: int) -> bool:
-    """True when a decoder's self-attention over S keys is plain causal, so that it can pass ``is_causal=True``
-    instead of a (T, S) mask: no sliding window, or one at least as long as S. ``attention_mask(...,
-    causal=False)`` then gives what remains to be masked (padding, the ALiBi bias), or None."""
-    return config.sliding_window is None or config.sliding_window >= s
+def causal_by_flag(config: ModelConfig, s: int, layer: int = 0) -> bool:
+    """True when a decoder's self-attention over S keys (in layer ``layer``) is plain causal, so that it can
+    pass ``is_causal=True`` instead of a (T, S) mask: no sliding window, or one at least as long as S.
+    ``attention_mask(..., causal=False)`` then gives what remains to be masked (padding, the ALiBi bias)."""
+    window = config.layer_window(layer)
+    return window is None or window >= s
 
 
 class EncoderLayer(nn.Module):
@@ -254,7 +256,7 @@ def _attention(
     return MultiHeadAttention(
         config.d_model, config.n_heads, config.n_kv_heads, bias=config.bias, dropout=config.dropout,
         rope=rope, use_sdpa=config.use_sdpa, fused_qkv=config.decode_layout and not cross, head_dim=config.d_head,
-        qk_norm=config.qk_norm, qk_norm_eps=config.norm_eps,
+        qk_norm=config.qk_norm, qk_norm_eps=config.norm_eps, sink_logits=config.sink_logits,
     )  # fmt: skip
 
 

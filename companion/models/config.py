@@ -93,6 +93,8 @@ class ModelConfig:
     d_head: int | None = None  # D_h when it is not d_model // n_heads (Qwen3: 128 with D=1024, H=16); None: D // H
     qk_norm: bool = False  # RMSNorm on each head's queries and keys before RoPE (Qwen3, OLMo 2, Gemma 3)
     attention_sinks: int = 0  # StreamingLLM: the first n positions stay visible to a sliding window's queries
+    sliding_window_pattern: int | None = None  # every Nth layer global, the rest sliding_window (Gemma 3: 6)
+    sink_logits: bool = False  # gpt-oss: a learned logit per head, one more softmax column that carries no value
     n_experts: int = 0  # routed experts of a mixture-of-experts FFN (Mixtral 8, DeepSeek-V3 256); 0: dense FFN
     n_experts_per_token: int = 2  # k: experts each token is routed to (used when n_experts > 0)
     n_shared_experts: int = 0  # experts every token also passes through (DeepSeek: 1)
@@ -189,6 +191,13 @@ class ModelConfig:
             if self.attention_sinks >= self.sliding_window:
                 raise ValueError(f"attention_sinks={self.attention_sinks} is not smaller than sliding_window="
                                  f"{self.sliding_window}; expected the sinks to leave room for recent keys")
+        if self.sliding_window_pattern is not None:
+            if self.sliding_window is None or self.sliding_window_pattern < 2:
+                raise ValueError(f"sliding_window_pattern={self.sliding_window_pattern} needs a sliding_window and "
+                                 f"a value >= 2 (every Nth layer global, the others local), got sliding_window="
+                                 f"{self.sliding_window}")
+        if self.sink_logits and self.kv_rank is not None:
+            raise ValueError(f"sink_logits=True applies to multi-head attention, not to MLA (kv_rank={self.kv_rank})")
         check_positive_int("n_experts", self.n_experts, allow_zero=True)
         for name in ("n_experts_per_token", "router_groups", "router_group_limit"):
             check_positive_int(name, getattr(self, name))
@@ -231,6 +240,12 @@ class ModelConfig:
     def head_dim(self) -> int:
         """D_h = d_model // n_heads, or ``d_head`` when given."""
         return self.d_model // self.n_heads if self.d_head is None else self.d_head
+
+    def layer_window(self, layer: int) -> int | None:
+        """The sliding window of decoder layer ``layer`` (0-based), or None for full attention: with
+        ``sliding_window_pattern`` N, layers N-1, 2N-1, ... are global (Gemma 3's ``layer_types``)."""
+        pattern = self.sliding_window_pattern
+        return None if pattern is not None and (layer + 1) % pattern == 0 else self.sliding_window
 
     def replace(self, **changes: Any) -> ModelConfig:
         """A copy with ``changes`` applied and validated again, e.g. ``cfg.replace(norm="rmsnorm")``.
@@ -367,8 +382,8 @@ class ModelConfig:
 # --- field types ----------------------------------------------------------------------------------------
 
 _OPTIONAL_INTS = ("n_encoder_layers", "n_decoder_layers", "n_kv_heads", "rope_original_max_seq_len", "sliding_window",
-                  "d_head", "d_expert", "kv_rank", "q_rank", "rope_head_dim", "nope_head_dim", "v_head_dim",
-                  "image_size")
+                  "sliding_window_pattern", "d_head", "d_expert", "kv_rank", "q_rank", "rope_head_dim",
+                  "nope_head_dim", "v_head_dim", "image_size")
 _FOLLOWERS = (("n_kv_heads", "n_heads"), ("n_encoder_layers", "n_layers"), ("n_decoder_layers", "n_layers"),
               ("d_expert", "d_ff"))
 _FIELD_KINDS = {
@@ -381,7 +396,7 @@ _FIELD_KINDS = {
     **dict.fromkeys(("attention_sinks", "n_experts", "n_experts_per_token", "n_shared_experts", "n_dense_layers",
                      "router_groups", "router_group_limit"), int),
     **dict.fromkeys(("type_vocab_size", "patch_size", "num_channels"), int),
-    **dict.fromkeys(("qk_norm", "router_normalize", "router_bias"), bool),
+    **dict.fromkeys(("qk_norm", "router_normalize", "router_bias", "sink_logits"), bool),
     "router": str,
     "router_scale": float,
     **dict.fromkeys(("norm", "norm_placement", "activation", "positions", "rope_pairing"), str),

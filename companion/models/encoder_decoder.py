@@ -44,7 +44,8 @@ class Transformer(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         # experts and MLA are decoder-only pieces here (chapter 14); an encoder-decoder would get them halfway
-        check_unused(config, "a Transformer (encoder-decoder)", {"n_experts": 0, "kv_rank": None})
+        check_unused(config, "a Transformer (encoder-decoder)",
+                     {"n_experts": 0, "kv_rank": None, "sliding_window_pattern": None})
         self.config = config
         self.embed = Embeddings(config)  # shared by source and target (2017, §3.4)
         rope = make_rope(config)

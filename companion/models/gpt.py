@@ -46,13 +46,13 @@ class GPT(nn.Module):
             store_for_decoding(self)
 
     def new_kv_caches(self) -> list[KVCache]:
-        """One empty cache per layer, to pass to ``forward`` step after step: a ``KVCache``, or for a model with a
-        sliding window shorter than its context a ``RollingKVCache`` of that many slots (and the config's
-        attention sinks), whose memory stays constant (chapter 14)."""
+        """One empty cache per layer, to pass to ``forward`` step after step: a ``KVCache``, or for a layer with a
+        sliding window shorter than the context a ``RollingKVCache`` of that many slots (and the config's
+        attention sinks), whose memory stays constant (chapter 14). Interleaved models mix the two."""
         c = self.config
-        if c.sliding_window is not None and c.sliding_window < c.max_seq_len:
-            return [RollingKVCache(c.sliding_window, c.attention_sinks) for _ in self.layers]
-        return [KVCache(c.max_seq_len) for _ in self.layers]
+        windows = [c.layer_window(i) for i in range(len(self.layers))]
+        return [RollingKVCache(w, c.attention_sinks) if w is not None and w < c.max_seq_len
+                else KVCache(c.max_seq_len) for w in windows]  # fmt: skip
 
     @classmethod
     def from_pretrained(cls, folder: str | Path) -> GPT:
@@ -109,24 +109,35 @@ class GPT(nn.Module):
         offset = check_caches(kv_caches, len(self.layers), KVCache)
         check_ids("ids", ids, offset, self.config.max_seq_len)
         t = ids.size(1)
-        if kv_caches is not None and isinstance(kv_caches[0], RollingKVCache):
-            # a fixed-size cache decides what the new queries see: its window (and sinks) over absolute positions
-            if padding_mask is not None or self.config.positions == "alibi":
-                raise ValueError("a RollingKVCache takes no padding_mask and no positions='alibi' (its keys are not "
-                                 "positions 0 .. S-1)")
-            is_causal, mask = False, kv_caches[0].mask(t, device=ids.device)  # (T, size + T)
-        else:
-            # Plain causal attention goes by is_causal (no (T, S) mask to build); the mask keeps the rest.
-            is_causal = causal_by_flag(self.config, offset + t)
-            mask = attention_mask(self.config, t, offset + t, causal=not is_causal, padding_mask=padding_mask,
-                                  device=ids.device)  # fmt: skip
+        plans: dict[tuple[int | None, bool], tuple[bool, Tensor | None]] = {}  # one mask per kind of layer
         x = self.embed(ids, offset) if position_ids is None else self._embed_at(ids, position_ids)  # (B, T, D)
         for i, layer in enumerate(self.layers):
             cache = None if kv_caches is None else kv_caches[i]
+            kind = (self.config.layer_window(i), isinstance(cache, RollingKVCache))
+            if kind not in plans:
+                plans[kind] = self._self_attention_mask(i, t, offset, cache, padding_mask, ids.device)
+            is_causal, mask = plans[kind]
             x = layer(x, mask=mask, cache=cache, is_causal=is_causal)  # (B, T, D)
         if self.norm is not None:
             x = self.norm(x)
         return self.lm_head(x)  # (B, T, V)
+
+    def _self_attention_mask(
+        self, layer: int, t: int, offset: int, cache: KVCache | None, padding_mask: Tensor | None,
+        device: torch.device,
+    ) -> tuple[bool, Tensor | None]:
+        """``(is_causal, mask)`` for the T new queries of layer ``layer`` (its own window)."""
+        if isinstance(cache, RollingKVCache):
+            # a fixed-size cache decides what the new queries see: its window (and sinks) over absolute positions
+            if padding_mask is not None or self.config.positions == "alibi":
+                raise ValueError("a RollingKVCache takes no padding_mask and no positions='alibi' (its keys are not "
+                                 "positions 0 .. S-1)")
+            return False, cache.mask(t, device=device)  # (T, size + T)
+        # Plain causal attention goes by is_causal (no (T, S) mask to build); the mask keeps the rest.
+        is_causal = causal_by_flag(self.config, offset + t, layer)
+        mask = attention_mask(self.config, t, offset + t, causal=not is_causal, padding_mask=padding_mask,
+                              device=device, layer=layer)  # fmt: skip
+        return is_causal, mask
 
     def _embed_at(self, ids: Tensor, position_ids: Tensor) -> Tensor:
         """Token vectors plus the absolute positions ``position_ids`` (B, T). Shapes: -> (B, T, D)."""

@@ -25,7 +25,8 @@ __all__ = [
 ROTARY_BUFFERS = r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq"  # RoPE tables of older checkpoints
 
 # Chapter 14's features at the values that turn them off; a family that lacks one refuses a config using it.
-MODERN_OFF = {"qk_norm": False, "attention_sinks": 0, "n_experts": 0, "kv_rank": None}
+MODERN_OFF = {"qk_norm": False, "attention_sinks": 0, "n_experts": 0, "kv_rank": None,
+              "sliding_window_pattern": None, "sink_logits": False}
 
 
 def need(cfg: Mapping[str, Any], key: str, source: str, kind: type | tuple[type, ...] = int) -> Any:
