@@ -33,7 +33,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from companion._checks import check_finite, check_positive_float, check_positive_int, check_tensor
+from companion._checks import check_finite, check_number, check_positive_float, check_positive_int, check_tensor
 
 __all__ = ["group_advantages", "grpo_loss"]
 
@@ -92,7 +92,8 @@ def grpo_loss(
     check_positive_float("clip_eps", clip_eps)
     if clip_eps >= 1:
         raise ValueError(f"clip_eps={clip_eps}; expected 0 < clip_eps < 1 (the ratio is clipped to 1 ± clip_eps)")
-    if not (isinstance(beta, (int, float)) and not isinstance(beta, bool) and 0 <= beta < float("inf")):
+    check_number("beta", beta)  # TypeError for a non-number, ValueError for inf/NaN
+    if beta < 0:
         raise ValueError(f"beta={beta!r}; expected a finite number >= 0 (0: no KL penalty)")
     mask = mask.float()  # (B, T)
     lengths = mask.sum(1)  # (B,) |o_i|
