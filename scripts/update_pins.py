@@ -21,10 +21,15 @@ HEADER = """\
 
 def main() -> None:
     frozen = subprocess.run(
-        [sys.executable, "-m", "pip", "freeze", "--exclude-editable"], check=True, capture_output=True, text=True
+        [sys.executable, "-m", "pip", "freeze", "--all", "--exclude-editable"],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.splitlines()
     pins = sorted(
-        (line.replace("+cpu", "") for line in frozen if "==" in line and not line.startswith("-e")),
+        # setuptools and wheel too (--all): packages require them, and scripts/install_pins.py installs
+        # the pins without resolving; pip itself is the venv's own.
+        (line.replace("+cpu", "") for line in frozen if "==" in line and not line.startswith(("-e", "pip=="))),
         key=str.lower,
     )
     (ROOT / "requirements.txt").write_text(HEADER + "\n".join(pins) + "\n-e .[book,dev]\n")

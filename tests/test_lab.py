@@ -38,7 +38,8 @@ from collections.abc import Iterator
 import pytest
 from test_book_html import CHROMIUM_ARGS, browser, platform_fonts  # noqa: F401  (browser: the shared fixture)
 
-pytestmark = [pytest.mark.book, pytest.mark.slow]
+# One worker starts the JupyterLab server of these tests (the `lab` fixture is per worker).
+pytestmark = [pytest.mark.book, pytest.mark.slow, pytest.mark.xdist_group("lab")]
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "book" / "03_attention.ipynb"  # exercises, solutions, admonitions, math and a figure

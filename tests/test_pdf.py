@@ -19,7 +19,8 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.book
+# One worker prints the PDFs (a module fixture is per worker: split over two, both would print them).
+pytestmark = [pytest.mark.book, pytest.mark.xdist_group("pdf")]
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHROMIUM = pathlib.Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))

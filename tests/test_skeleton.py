@@ -102,6 +102,42 @@ def test_environment_yml_agrees_with_requirements() -> None:
     assert req["jupyter-book"].startswith("1."), "Jupyter Book must be 1.x (2.x is a different tool)"
 
 
+def test_requirements_pin_every_dependency_of_what_they_pin() -> None:
+    """scripts/install_pins.py installs the pins with --no-deps: every requirement of a pinned distribution
+    (markers evaluated here, the companion's book and dev extras included) must itself be pinned, at a version
+    it accepts."""
+    import importlib.metadata as md
+
+    from packaging.requirements import Requirement
+
+    pinned = _pins((ROOT / "requirements.txt").read_text().splitlines())
+    pins = {re.sub(r"[-_.]+", "-", k): v for k, v in pinned.items()}
+    todo = [(name, ()) for name in pins] + [("transformers-piece-by-piece", ("book", "dev"))]
+    missing = []
+    for name, extras in todo:
+        for text in md.requires(name) or []:
+            req = Requirement(text)
+            if req.marker and not any(req.marker.evaluate({"extra": e}) for e in (*extras, "")):
+                continue
+            dep = re.sub(r"[-_.]+", "-", req.name.lower())
+            if dep not in pins or not req.specifier.contains(pins[dep].replace("+cpu", ""), prereleases=True):
+                missing.append(f"{name} needs {text!r}, pinned: {pins.get(dep)}")
+    assert not missing, "requirements.txt is not a complete lock:\n" + "\n".join(missing)
+
+
+def test_install_pins_splits_the_lock_between_processes() -> None:
+    import install_pins
+
+    lines = ["# comment", "", "a==1", "torch==2.13.0", "b==2  # why", "c==3", "d==4", "-e .[book,dev]"]
+    groups = install_pins.split_requirements(lines, processes=4)
+    assert groups == [["torch==2.13.0"], ["a==1", "c==3"], ["b==2", "d==4"], ["-e .[book,dev]"]]  # 4 processes
+    everything = install_pins.split_requirements((ROOT / "requirements.txt").read_text().splitlines())
+    flat = [line for group in everything for line in group]
+    assert len(flat) == len(set(flat)) == len(_pins((ROOT / "requirements.txt").read_text().splitlines())) + 1
+    with pytest.raises(ValueError, match="processes must be an int >= 2, got 1"):
+        install_pins.split_requirements(lines, processes=1)
+
+
 def test_config_has_what_the_course_relies_on() -> None:
     cfg = (ROOT / "_config.yml").read_text()
     assert re.search(r'execute_notebooks:\s*"off"', cfg)
