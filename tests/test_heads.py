@@ -1,4 +1,4 @@
-"""The task heads on the encoder (SequenceClassifier, TokenClassifier), pooling, and their losses.
+"""The task heads (SequenceClassifier, TokenClassifier on the encoder; LastTokenClassifier on a GPT), pooling, losses.
 
 Identities rather than numbers: [CLS] pooling reads position 0, mean pooling ignores padding (so padding a
 sequence changes nothing), ``from_encoder`` carries the pretrained body over exactly, ``mlm_loss`` equals the
@@ -13,7 +13,16 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 from companion.masks import padding_mask
-from companion.models import Encoder, ModelConfig, SequenceClassifier, TokenClassifier, mask_tokens, pool
+from companion.models import (
+    GPT,
+    Encoder,
+    LastTokenClassifier,
+    ModelConfig,
+    SequenceClassifier,
+    TokenClassifier,
+    mask_tokens,
+    pool,
+)
 from companion.training import TrainConfig, classification_loss, mlm_loss, train
 
 PAD = 0
@@ -189,3 +198,63 @@ def test_an_all_padding_row_is_refused() -> None:
         model(ids, padding_mask(ids, PAD))
     with pytest.raises(ValueError, match=r"padding_mask has shape \(2, 4\); expected"):
         pool(torch.ones(2, 3, 4), "mean", torch.ones(2, 4, dtype=torch.bool))
+
+
+def _tiny_gpt() -> GPT:
+    torch.manual_seed(0)
+    return GPT(ModelConfig(vocab_size=20, d_model=16, n_heads=2, n_layers=2, d_ff=32, max_seq_len=12, dropout=0.0))
+
+
+def test_gpt_hidden_states_are_the_logits_before_the_head() -> None:
+    gpt = _tiny_gpt().eval()
+    ids = torch.randint(0, 20, (3, 7))
+    torch.testing.assert_close(gpt.lm_head(gpt.hidden_states(ids)), gpt(ids))
+
+
+def test_last_token_classifier_reads_the_last_real_token() -> None:
+    """The logits are the linear layer on the hidden vector of the token before the first pad."""
+    gpt = _tiny_gpt()
+    model = LastTokenClassifier.from_decoder(gpt, num_labels=3).eval()
+    ids = torch.tensor([[1, 2, 3, 4, 0, 0], [5, 6, 7, 8, 9, 10]])
+    real = ids != 0
+    real[1] = True  # the second row has no padding
+    with torch.no_grad():
+        h = gpt.hidden_states(ids)  # the copied decoder gives the same vectors
+        expected = model.classifier(torch.stack([h[0, 3], h[1, 5]]))
+        torch.testing.assert_close(model(ids, real), expected)
+        torch.testing.assert_close(model(ids[1:]), expected[1:])  # no mask: the last position
+
+
+def test_last_token_classifier_ignores_padding_and_what_follows() -> None:
+    model = LastTokenClassifier(_tiny_gpt().config, num_labels=2).eval()
+    ids = torch.tensor([[3, 4, 5, 0, 0, 0]])
+    other = torch.tensor([[3, 4, 5, 7, 8, 9]])  # other tokens where the first row has padding
+    with torch.no_grad():
+        a = model(ids, padding_mask(ids, 0))
+        b = model(other, torch.tensor([[True, True, True, False, False, False]]))
+        c = model(ids[:, :3])
+    torch.testing.assert_close(a, b)
+    torch.testing.assert_close(a, c)
+
+
+def test_last_token_classifier_trains_with_classification_loss() -> None:
+    model = LastTokenClassifier(_tiny_gpt().config, num_labels=2)
+    ids = torch.tensor([[1, 2, 3, 0], [4, 5, 0, 0]])
+    loss = classification_loss(model, (ids, torch.tensor([0, 1]), padding_mask(ids, 0)))
+    loss.backward()
+    assert loss.ndim == 0 and model.classifier.weight.grad is not None
+
+
+def test_bad_last_token_classifiers_are_refused() -> None:
+    model = LastTokenClassifier(_tiny_gpt().config, num_labels=2)
+    ids = torch.tensor([[0, 1, 2, 3]])
+    with pytest.raises(ValueError, match="right padding"):
+        model(ids, torch.tensor([[False, True, True, True]]))  # left padding
+    with pytest.raises(ValueError, match="right padding"):
+        model(ids, torch.tensor([[True, False, True, True]]))  # a hole
+    with pytest.raises(ValueError, match="token_type_ids"):
+        model(ids, None, torch.zeros_like(ids))
+    with pytest.raises(TypeError, match="GPT"):
+        LastTokenClassifier.from_decoder(Encoder(tiny()), 2)
+    with pytest.raises(ValueError):
+        LastTokenClassifier(_tiny_gpt().config, num_labels=1)

@@ -13,7 +13,8 @@ One module per concept, each importing only the ones above it in this list:
 - :mod:`~companion.models.encoder_decoder` -- ``Transformer`` (encoder–decoder) and T5's ``span_corruption``.
 - :mod:`~companion.models.encoder` -- ``Encoder`` (BERT-style, token types, masked-LM head) and ``mask_tokens``.
 - :mod:`~companion.models.heads` -- ``SequenceClassifier`` ([CLS] or mean pooling) and ``TokenClassifier``:
-  task heads on the encoder; ``tag_spans`` / ``span_scores``: entity-level scores of a tagger.
+  task heads on the encoder; ``LastTokenClassifier``: a GPT read at its last real token; ``tag_spans`` /
+  ``span_scores``: entity-level scores of a tagger.
 - :mod:`~companion.models.retrieval` -- ``embed`` (mean-pooled unit vectors), ``info_nce_loss`` (in-batch
   negatives) and ``recall_at_k``: retrieval with an encoder.
 - :mod:`~companion.models.vit` -- ``ViT`` (Vision Transformer) and ``patchify``.
@@ -27,7 +28,14 @@ from companion.models.config import ModelConfig
 from companion.models.encoder import Encoder, mask_tokens
 from companion.models.encoder_decoder import Transformer, span_corruption
 from companion.models.gpt import GPT
-from companion.models.heads import SequenceClassifier, TokenClassifier, pool, span_scores, tag_spans
+from companion.models.heads import (
+    LastTokenClassifier,
+    SequenceClassifier,
+    TokenClassifier,
+    pool,
+    span_scores,
+    tag_spans,
+)
 from companion.models.loaders import (
     load_bert_state_dict,
     load_gpt2_state_dict,
@@ -40,6 +48,7 @@ from companion.models.vit import ViT, patchify
 __all__ = [
     "GPT", "DecoderLayer", "DecoderLayerCache", "Embeddings", "Encoder", "EncoderLayer", "ModelConfig", "Transformer",
     "attention_mask", "load_gpt2_state_dict", "load_llama_state_dict", "mask_tokens", "num_parameters",
-    "SequenceClassifier", "TokenClassifier", "pool", "ViT", "patchify", "load_bert_state_dict", "load_vit_state_dict",
+    "SequenceClassifier", "TokenClassifier", "LastTokenClassifier", "pool", "ViT", "patchify", "load_bert_state_dict",
+    "load_vit_state_dict",
     "span_corruption", "span_scores", "tag_spans", "embed", "info_nce_loss", "recall_at_k",
 ]  # fmt: skip

@@ -95,7 +95,7 @@ class GPT(nn.Module):
         *,
         position_ids: Tensor | None = None,
     ) -> Tensor:
-        """Next-token logits for every position.
+        """Next-token logits for every position: ``lm_head(hidden_states(...))``.
 
         With ``kv_caches`` (from ``new_kv_caches``) ``ids`` are the *new* tokens only: they sit at
         positions ``cache.length ..`` and attend to the cached keys/values as well as to each other.
@@ -105,6 +105,22 @@ class GPT(nn.Module):
         positions only, since RoPE and ALiBi see only offsets, which left padding does not change.
 
         Shapes: ids (B, T) -> logits (B, T, V).
+        """
+        return self.lm_head(self.hidden_states(ids, kv_caches, padding_mask, position_ids=position_ids))  # (B, T, V)
+
+    def hidden_states(
+        self,
+        ids: Tensor,
+        kv_caches: list[KVCache] | None = None,
+        padding_mask: Tensor | None = None,
+        *,
+        position_ids: Tensor | None = None,
+    ) -> Tensor:
+        """The final-norm output vectors, before the output head; arguments as in ``forward``. Position t has read
+        tokens 0..t only, so the last real token's vector is the one that has read the whole text (a decoder's
+        sentence vector, ``LastTokenClassifier``).
+
+        Shapes: ids (B, T) -> (B, T, D).
         """
         offset = check_caches(kv_caches, len(self.layers), KVCache)
         check_ids("ids", ids, offset, self.config.max_seq_len)
@@ -120,7 +136,7 @@ class GPT(nn.Module):
             x = layer(x, mask=mask, cache=cache, is_causal=is_causal)  # (B, T, D)
         if self.norm is not None:
             x = self.norm(x)
-        return self.lm_head(x)  # (B, T, V)
+        return x  # (B, T, D)
 
     def _self_attention_mask(
         self, layer: int, t: int, offset: int, cache: KVCache | None, padding_mask: Tensor | None,

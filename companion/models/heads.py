@@ -11,6 +11,11 @@ layer for the task, and train everything on the labelled examples.
   ``span_scores`` scores its tags the way named-entity recognition is scored (CoNLL-2003, Tjong Kim Sang &
   De Meulder 2003): an entity counts only if its whole span and its tag are right.
 
+- Sequence classification with a decoder (GPT-1's fine-tuning, Radford et al. 2018, §3.2): a causal model's
+  position t has read tokens 0..t only, so the vector of the *last real token* stands for the text, and a
+  linear layer on it gives the logits (``LastTokenClassifier``, as ``transformers``' ``GPT2ForSequenceClassification``
+  reads the last token that is not padding).
+
 ``from_encoder`` starts a head's encoder from a pretrained ``Encoder`` (its masked-LM head is left behind,
 as ``transformers`` drops ``cls.predictions`` when it builds a classifier from a BERT checkpoint).
 Checked against ``BertForSequenceClassification`` / ``BertForTokenClassification`` from random weights
@@ -28,8 +33,10 @@ from companion._checks import check_choice, check_num_labels, check_tensor
 from companion.models.blocks import init_weights
 from companion.models.config import ModelConfig
 from companion.models.encoder import Encoder
+from companion.models.gpt import GPT
 
-__all__ = ["POOLINGS", "SequenceClassifier", "TokenClassifier", "pool", "span_scores", "tag_spans"]
+__all__ = ["POOLINGS", "LastTokenClassifier", "SequenceClassifier", "TokenClassifier", "pool", "span_scores",
+           "tag_spans"]
 
 POOLINGS = ("cls", "mean")  # how a SequenceClassifier turns S vectors into one
 
@@ -159,6 +166,60 @@ class TokenClassifier(nn.Module):
         """Shapes: ids (B, S), padding_mask (B, 1, 1, S) True = real token -> logits (B, S, num_labels)."""
         h = self.encoder.hidden_states(ids, padding_mask, token_type_ids)  # (B, S, D)
         return self.classifier(self.dropout(h))  # (B, S, num_labels)
+
+    def extra_repr(self) -> str:
+        return f"num_labels={self.num_labels}"
+
+
+class LastTokenClassifier(nn.Module):
+    """A decoder-only ``GPT`` and a linear classifier on the vector of each sequence's last real token.
+
+    ``forward`` returns (B, num_labels) logits. Padding must come after the text (right padding): causal attention
+    then keeps it out of every real token's vector, and the last real token is the one before the first pad.
+    The GPT keeps its output head (tied to the token table, it adds no parameters) so that ``from_decoder`` can copy
+    a pretrained model whole; the classifier does not use it.
+    """
+
+    def __init__(self, config: ModelConfig, num_labels: int) -> None:
+        super().__init__()
+        check_num_labels("num_labels", num_labels)
+        self.config, self.num_labels = config, num_labels
+        self.decoder = GPT(config)
+        self.dropout = nn.Dropout(config.dropout)
+        self.classifier = nn.Linear(config.d_model, num_labels)
+        init_weights(self.classifier, config.n_layers)
+
+    @classmethod
+    def from_decoder(cls, decoder: GPT, num_labels: int) -> LastTokenClassifier:
+        """A classifier whose decoder starts from ``decoder``'s weights (e.g. after next-token pretraining); the
+        classifier starts fresh. Raises ``TypeError`` for a model that is not a ``GPT``."""
+        if not isinstance(decoder, GPT):
+            raise TypeError(f"decoder must be a companion.models.GPT, got {type(decoder).__name__}")
+        model = cls(decoder.config, num_labels)
+        model.decoder.load_state_dict(decoder.state_dict())
+        return model
+
+    def forward(
+        self, ids: Tensor, padding_mask: Tensor | None = None, token_type_ids: Tensor | None = None
+    ) -> Tensor:
+        """Shapes: ids (B, S), padding_mask (B, 1, 1, S) or (B, S), True = real token -> logits (B, num_labels).
+
+        ``token_type_ids`` must be None (a GPT has no token types); it is accepted so that the training losses can
+        call every classifier alike. Raises ``ValueError`` for padding before a real token (left padding).
+        """
+        if token_type_ids is not None:
+            raise ValueError("token_type_ids must be None for a LastTokenClassifier: a GPT has no token types")
+        h = self.decoder.hidden_states(ids)  # (B, S, D): causal, so padding after the text changes nothing before it
+        if padding_mask is None:
+            last = torch.full((ids.size(0),), ids.size(1) - 1, device=ids.device)  # (B,)
+        else:
+            real = _real_tokens(padding_mask, h.shape[:2])  # (B, S) bool
+            last = real.sum(dim=1) - 1  # (B,): the real tokens should be 0 .. last
+            if not bool((real == (torch.arange(real.size(1), device=ids.device) <= last[:, None])).all()):
+                raise ValueError("padding_mask has padding before a real token; expected right padding (the text "
+                                 "first, then padding), so that the last real token has read the whole text")
+        vector = h[torch.arange(ids.size(0), device=ids.device), last]  # (B, D)
+        return self.classifier(self.dropout(vector))  # (B, num_labels)
 
     def extra_repr(self) -> str:
         return f"num_labels={self.num_labels}"
