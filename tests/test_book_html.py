@@ -970,12 +970,23 @@ def test_every_figure_cell_has_alt_text_in_its_metadata(docname: str) -> None:
 # (resultTypes): listing every passing node of a page with thousands of MathJax and code elements more than
 # doubles the time of an audit.
 _WCAG_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22a", "wcag22aa", "experimental"]
-_AXE_OPTIONS = {"runOnly": {"type": "tag", "values": _WCAG_TAGS}, "resultTypes": ["violations"]}
+# The tag "experimental" also brings in the experimental rules that are no WCAG criterion at all (axe's
+# best-practice review items): they are switched off, and they were a third of an audit's time (hidden-content
+# visits every element). test_the_axe_audit_can_fail checks that this list is exactly those rules.
+_NOT_WCAG = ["focus-order-semantics", "hidden-content"]
+_AXE_OPTIONS = {
+    "runOnly": {"type": "tag", "values": _WCAG_TAGS},
+    "rules": {rule: {"enabled": False} for rule in _NOT_WCAG},
+    "resultTypes": ["violations"],
+}
 # What changes between the light and the dark scheme is colour: the dark audit runs the colour rules.
 _AXE_COLOUR_RULES = ["color-contrast", "link-in-text-block"]
 _AXE_COLOUR_OPTIONS = {"runOnly": {"type": "rule", "values": _AXE_COLOUR_RULES}, "resultTypes": ["violations"]}
 # The Chinese pages share the English pages' stylesheets, so their colours are audited on the English pages.
-_AXE_NO_COLOUR_OPTIONS = {**_AXE_OPTIONS, "rules": {rule: {"enabled": False} for rule in _AXE_COLOUR_RULES}}
+_AXE_NO_COLOUR_OPTIONS = {
+    **_AXE_OPTIONS,
+    "rules": {rule: {"enabled": False} for rule in _NOT_WCAG + _AXE_COLOUR_RULES},
+}
 # color-contrast is most of an audit's time, and most of that goes to highlighted code: ten thousand spans on
 # a long page, in a few dozen colours. A span's contrast depends only on the kind of block it is in (cell
 # input, cell output, prose) and on its classes and those of the spans around it (Pygments' token classes, a
@@ -1041,11 +1052,49 @@ _SET_SCHEME = """scheme => {  // what the theme's own light/dark button does
 }"""
 
 
+# Outside code the same holds: whether a text passes color-contrast depends on its computed colour, font size and
+# weight (large text needs 3:1, not 4.5:1), text shadow, and the backgrounds and opacities of the elements it
+# sits in; whether a link passes link-in-text-block, on its colour, its underline and the colour of the text
+# around it. So the colour audit reads one element of each such combination, the first visible one
+# (_MARK_COLOUR_SAMPLES): a few dozen on a page of thousands of paragraphs, table cells and links.
+_COLOUR_SAMPLE = "[data-axe-colour-sample]"
+_MARK_COLOUR_SAMPLES = """() => {
+  const seen = new Set(), chains = new Map();
+  const backgrounds = (el) => {  // the backgrounds and opacities from el up to the root, cached per element
+    if (!el) return '';
+    if (chains.has(el)) return chains.get(el);
+    const s = getComputedStyle(el);
+    let own = '';
+    if (s.backgroundColor !== 'rgba(0, 0, 0, 0)' || s.backgroundImage !== 'none')
+      own += s.backgroundColor + ' ' + s.backgroundImage + ';';
+    if (s.opacity !== '1') own += 'opacity ' + s.opacity + ';';
+    const chain = own + '<' + backgrounds(el.parentElement);
+    chains.set(el, chain);
+    return chain;
+  };
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let t = walker.nextNode(); t; t = walker.nextNode()) {
+    const el = t.parentElement;
+    if (!t.nodeValue.trim() || !el || el.closest('div.highlight') || !el.getClientRects().length) continue;
+    const s = getComputedStyle(el), link = el.closest('a');
+    const around = link && link.parentElement ? getComputedStyle(link.parentElement).color : '';
+    const key = [s.color, s.fontSize, s.fontWeight, s.textShadow, backgrounds(el),
+                 link ? 'link ' + getComputedStyle(link).textDecorationLine + ' in ' + around : ''].join('|');
+    if (!seen.has(key)) { seen.add(key); el.setAttribute('data-axe-colour-sample', ''); }
+  }
+  return seen.size;
+}"""
+
+
 def _audit_colours(axe, page, name: str) -> None:
-    """The colour rules on the page without its code blocks but with their samples (_MARK_CODE_SAMPLES), in one
-    run: axe builds its tree of the whole page on every run, about 1.5 s on a long page."""
+    """The colour rules on one element of each kind (_MARK_COLOUR_SAMPLES) and the code blocks' samples
+    (_MARK_CODE_SAMPLES), in one run: axe builds its tree of the whole page on every run, about 1.5 s on a long
+    page. The samples are marked again for each scheme: the dark one has other colours, maybe other kinds."""
+    page.evaluate("() => document.querySelectorAll('[data-axe-colour-sample]').forEach("
+                  "e => e.removeAttribute('data-axe-colour-sample'))")
     page.evaluate(_MARK_CODE_SAMPLES)
-    _audit(axe, page, name, _AXE_COLOUR_OPTIONS, {"include": [["html"], [_CODE_SAMPLE]], "exclude": [[_CODE]]})
+    page.evaluate(_MARK_COLOUR_SAMPLES)
+    _audit(axe, page, name, _AXE_COLOUR_OPTIONS, {"include": [[_COLOUR_SAMPLE], [_CODE_SAMPLE]], "exclude": [[_CODE]]})
 
 
 def _audit_page(axe, page, path: str, *, colours: bool) -> None:
@@ -1067,6 +1116,11 @@ def test_the_axe_audit_can_fail(browser, axe, tmp_path: pathlib.Path) -> None:
     (tmp_path / "bad.html").write_text(
         '<html><body><main><img src="x.png"><button aria-label="Close">Open menu</button>'
         '<p style="color:#bbb;background:#fff">faint text</p>'
+        + "<p>ordinary text</p>" * 50
+        + '<p style="color:#767676">grey on white</p>'  # 4.54:1, passes
+        + '<div style="background:#ccc"><p style="color:#767676">grey on grey</p></div>'  # the same grey fails here
+        + '<p>Some text around <a href="#" style="color:#222;text-decoration:none">a link like the text</a> in a '
+        "paragraph of several words.</p>"
         '<div class="cell_input"><div class="highlight" style="background:#fff"><pre><span class="k">def</span> '
         '<span class="n" style="color:#ccc">faint_name</span>(): <span class="k">pass</span></pre></div></div>'
         "</main></body></html>",
@@ -1089,9 +1143,22 @@ def test_the_axe_audit_can_fail(browser, axe, tmp_path: pathlib.Path) -> None:
             with pytest.raises(AssertionError, match=r"color-contrast .*faint text") as caught:
                 _audit(axe, page, "bad.html", _AXE_COLOUR_OPTIONS, {"exclude": [[_CODE]]})
             assert "faint_name" not in str(caught.value)
-            with pytest.raises(AssertionError, match=r"color-contrast \(serious, 2 nodes\).*faint text.*faint_name"):
+            # ... and of the rest one element of each colour, size, background and link style: 6 elements of 56
+            # with text (a paragraph of each kind, the button, the link), among them the faint paragraph, the grey
+            # one on grey (not only the grey one on white) and the link that only its colour, too close to the
+            # text's, sets apart
+            with pytest.raises(AssertionError) as caught:
                 _audit_colours(axe, page, "bad.html")
+            found = str(caught.value)
+            assert re.search(r"color-contrast \(serious, 3 nodes\).*faint text.*grey on grey.*faint_name", found)
+            assert "link-in-text-block" in found and "grey on white" not in found, found
             assert page.locator(_CODE_SAMPLE).count() == 3 and page.evaluate(_MARK_CODE_SAMPLES) == 2
+            assert page.locator(_COLOUR_SAMPLE).count() == 6, page.locator(_COLOUR_SAMPLE).count()
+            # _NOT_WCAG is what the tag "experimental" adds beyond WCAG in this axe-core
+            tagless = page.evaluate(
+                f"axe.getRules({_WCAG_TAGS!r}).filter(r => !r.tags.some(t => t.startsWith('wcag'))).map(r => r.ruleId)"
+            )
+            assert sorted(tagless) == _NOT_WCAG, tagless
         finally:
             context.close()
 

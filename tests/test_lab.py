@@ -38,8 +38,7 @@ from collections.abc import Iterator
 import pytest
 from test_book_html import CHROMIUM_ARGS, browser, platform_fonts  # noqa: F401  (browser: the shared fixture)
 
-# One worker starts the JupyterLab server of these tests (the `lab` fixture is per worker).
-pytestmark = [pytest.mark.book, pytest.mark.slow, pytest.mark.xdist_group("lab")]
+pytestmark = [pytest.mark.book, pytest.mark.slow]
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "book" / "03_attention.ipynb"  # exercises, solutions, admonitions, math and a figure
@@ -142,7 +141,7 @@ _STATE = """() => {
 }"""
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # one server per worker, however the worker interleaves modules
 def lab(tmp_path_factory) -> Iterator[tuple[str, pathlib.Path]]:
     """JupyterLab on a folder holding a copy of the chapter and of its workbook; yields (url, folder)."""
     folder = tmp_path_factory.mktemp("lab")

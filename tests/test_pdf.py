@@ -19,8 +19,7 @@ import sys
 
 import pytest
 
-# One worker prints the PDFs (a module fixture is per worker: split over two, both would print them).
-pytestmark = [pytest.mark.book, pytest.mark.xdist_group("pdf")]
+pytestmark = pytest.mark.book
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHROMIUM = pathlib.Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
@@ -31,16 +30,30 @@ A4 = (595.3, 841.9)  # points
 TEX = re.compile(r"\\(?:frac|sqrt|mathrm|text|top|begin|end|left|right|cdot|sum|quad|operatorname)\b|\$\$|\\\(")
 
 
-@pytest.fixture(scope="module")
+# Printed once per test session: session-scoped (a worker that runs other modules' tests between these would
+# end a module-scoped fixture and print again), and under pytest-xdist the first worker prints them into the
+# session's shared temporary folder while the other waits on the lock and reads them (about 40 s of CPU saved).
+@pytest.fixture(scope="session")
 def pdfs(built_book, tmp_path_factory) -> dict[str, pathlib.Path]:
+    from filelock import FileLock
+
     if not CHROMIUM.exists():  # a failure where .ci/run installed Chromium (REQUIRE_BROWSER=1), else a skip
         (pytest.fail if os.environ.get("REQUIRE_BROWSER") == "1" else pytest.skip)(f"no Chromium at {CHROMIUM}")
-    out = tmp_path_factory.mktemp("pdf")
-    cmd = [sys.executable, str(ROOT / "scripts" / "pdf.py"), "--pages", *PAGES, "--out-dir", str(out)]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    assert "wider than the page" not in proc.stdout, proc.stdout
-    return {key: out / name for key, (name, _) in EDITIONS.items()}
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the workers' folders share this one
+    out = shared / "pdf"
+    paths = {key: out / name for key, (name, _) in EDITIONS.items()}
+    with FileLock(str(shared / "pdf.lock")):
+        if not (out / "printed").is_file():
+            out.mkdir(exist_ok=True)
+            cmd = [sys.executable, str(ROOT / "scripts" / "pdf.py"), "--pages", *PAGES, "--out-dir", str(out)]
+            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+            assert "wider than the page" not in proc.stdout, proc.stdout
+            (out / "printed").write_text(proc.stdout, encoding="utf-8")
+    assert all(p.is_file() for p in paths.values()), f"no PDFs in {out}: the worker that printed them failed"
+    return paths
 
 
 def _reader(path: pathlib.Path):
@@ -49,7 +62,7 @@ def _reader(path: pathlib.Path):
     return PdfReader(path)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def extracted(pdfs) -> dict[str, list[dict]]:
     """Per edition, per page: its text, its text outside code (not in a monospace font), the x of every text
     run, and its size: read once (pypdf's text extraction is the slow part of these tests)."""
