@@ -159,3 +159,17 @@ def test_scaling_sweep_losses_sit_above_the_entropy_rate():
     )
     assert loss_big > source.entropy_rate - 0.05, "no model beats the source's entropy (up to sampling noise)"
     assert loss_big < np.log(8), "and training learned something beyond a uniform guess"
+
+
+def test_scaling_sweep_fused_gives_the_plain_losses():
+    source = markov_source(vocab_size=8, order=2, seed=0)
+    kwargs = dict(steps=30, source=source, seq_len=16, batch_size=16, eval_sequences=64, head_dim=4)
+    plain = scaling_sweep([8, 16], **kwargs)
+    fused = scaling_sweep([8, 16], fused=True, **kwargs)
+    assert [n for n, _ in fused] == [n for n, _ in plain]
+    assert np.allclose([loss for _, loss in fused], [loss for _, loss in plain], atol=1e-4)
+
+
+def test_scaling_sweep_rejects_a_non_bool_fused():
+    with pytest.raises(TypeError, match="fused"):
+        scaling_sweep([8], steps=1, fused="yes")
